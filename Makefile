@@ -1,0 +1,56 @@
+# clpool's build. `make demo` and `make test` set up everything they need on a
+# fresh Debian machine (as root, or with sudo).
+
+GO      ?= go
+BUILD   := build
+ICD_DIR := $(abspath $(BUILD)/icd)
+PKGS    := pocl-opencl-icd ocl-icd-opencl-dev opencl-headers oclgrind clinfo
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+# Every OpenCL program run from here sees exactly POCL and Oclgrind; the
+# demo and benchmarks run on POCL unless CLPOOL_DEVICE says otherwise (the
+# ICD loader lists Oclgrind, a simulator, first).
+export OCL_ICD_VENDORS := $(ICD_DIR)
+export CLPOOL_DEVICE ?= pocl
+
+.PHONY: all deps demo test fmt vet test-pocl test-oclgrind bench clean
+
+all: test
+
+# deps installs the missing Debian packages (one apt-get update, only when
+# something is missing) and writes the ICD directory naming both runtimes.
+deps:
+	@missing=$$(for p in $(PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing:" $$missing; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@rm -rf $(ICD_DIR) && mkdir -p $(ICD_DIR)
+	@cp /etc/OpenCL/vendors/pocl.icd $(ICD_DIR)/pocl.icd
+	@echo /usr/lib/oclgrind/liboclgrind-rt-icd.so > $(ICD_DIR)/oclgrind.icd
+
+demo: deps
+	$(GO) run ./examples/devices
+
+fmt:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+vet: deps
+	$(GO) vet ./...
+
+test-pocl: deps
+	CLPOOL_DEVICE=pocl $(GO) test -race -count=1 ./...
+
+# Oclgrind simulates every work-item: -short keeps the sizes small there.
+test-oclgrind: deps
+	CLPOOL_DEVICE=oclgrind $(GO) test -race -short -count=1 ./...
+
+test: deps fmt vet test-pocl test-oclgrind
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+clean:
+	rm -rf $(BUILD)

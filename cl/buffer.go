@@ -1,0 +1,279 @@
+package cl
+
+/*
+#include "clpool.h"
+
+// The pool's hot calls. clCreateBuffer keeps no pointer it is given once it
+// returns (this package never passes CL_MEM_USE_HOST_PTR with Go memory, and
+// errcode_ret is written before return); neither call runs Go code.
+#cgo noescape clCreateBuffer
+#cgo nocallback clCreateBuffer
+#cgo noescape clReleaseMemObject
+#cgo nocallback clReleaseMemObject
+*/
+import "C"
+
+import (
+	"fmt"
+	"math/bits"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"unsafe"
+)
+
+// MemFlags are the flags of a buffer (cl_mem_flags).
+type MemFlags uint64
+
+// Buffer flags of OpenCL 1.2.
+const (
+	MemReadWrite    MemFlags = C.CL_MEM_READ_WRITE
+	MemWriteOnly    MemFlags = C.CL_MEM_WRITE_ONLY
+	MemReadOnly     MemFlags = C.CL_MEM_READ_ONLY
+	MemUseHostPtr   MemFlags = C.CL_MEM_USE_HOST_PTR
+	MemAllocHostPtr MemFlags = C.CL_MEM_ALLOC_HOST_PTR
+	MemCopyHostPtr  MemFlags = C.CL_MEM_COPY_HOST_PTR
+
+	MemHostWriteOnly MemFlags = C.CL_MEM_HOST_WRITE_ONLY
+	MemHostReadOnly  MemFlags = C.CL_MEM_HOST_READ_ONLY
+	MemHostNoAccess  MemFlags = C.CL_MEM_HOST_NO_ACCESS
+)
+
+// String returns the flags as their names joined by "|".
+func (f MemFlags) String() string {
+	names := []string{"READ_WRITE", "WRITE_ONLY", "READ_ONLY", "USE_HOST_PTR", "ALLOC_HOST_PTR",
+		"COPY_HOST_PTR", "(bit 6)", "HOST_WRITE_ONLY", "HOST_READ_ONLY", "HOST_NO_ACCESS"}
+	var parts []string
+	for i, n := range names {
+		if f&(1<<i) != 0 {
+			parts = append(parts, n)
+			f &^= 1 << i
+		}
+	}
+	if f != 0 {
+		parts = append(parts, fmt.Sprintf("%#x", uint64(f)))
+	}
+	if len(parts) == 0 {
+		return "0"
+	}
+	return strings.Join(parts, "|")
+}
+
+// memFlagsKnown is every flag bit of OpenCL 1.2.
+const memFlagsKnown = MemReadWrite | MemWriteOnly | MemReadOnly | MemUseHostPtr | MemAllocHostPtr |
+	MemCopyHostPtr | MemHostWriteOnly | MemHostReadOnly | MemHostNoAccess
+
+// Validate returns an error wrapping ErrInvalidValue if f breaks the rules of
+// clCreateBuffer: an unknown bit, more than one of the device-access flags
+// (READ_WRITE, WRITE_ONLY, READ_ONLY), more than one of the host-access
+// flags, or USE_HOST_PTR with ALLOC_HOST_PTR or COPY_HOST_PTR. Runtimes
+// differ in how much of this they check (Oclgrind checks none of it), so
+// CreateBuffer checks it here for all of them.
+func (f MemFlags) Validate() error {
+	bad := ""
+	switch {
+	case f&^memFlagsKnown != 0:
+		bad = fmt.Sprintf("unknown bits %#x", uint64(f&^memFlagsKnown))
+	case bits.OnesCount64(uint64(f&(MemReadWrite|MemWriteOnly|MemReadOnly))) > 1:
+		bad = "more than one of READ_WRITE, WRITE_ONLY, READ_ONLY"
+	case bits.OnesCount64(uint64(f&(MemHostWriteOnly|MemHostReadOnly|MemHostNoAccess))) > 1:
+		bad = "more than one of HOST_WRITE_ONLY, HOST_READ_ONLY, HOST_NO_ACCESS"
+	case f&MemUseHostPtr != 0 && f&(MemAllocHostPtr|MemCopyHostPtr) != 0:
+		bad = "USE_HOST_PTR with ALLOC_HOST_PTR or COPY_HOST_PTR"
+	default:
+		return nil
+	}
+	return misuse("clCreateBuffer", ErrInvalidValue, fmt.Sprintf("flags %v: %s", f, bad))
+}
+
+// checkSize refuses what the specification makes CL_INVALID_BUFFER_SIZE,
+// beyond 0, which the runtime reports itself.
+func (c *Context) checkSize(call string, size int64) error {
+	if size < 0 {
+		return misuse(call, ErrInvalidBufferSize, fmt.Sprintf("negative size %d", size))
+	}
+	if size > c.maxAlloc {
+		return misuse(call, ErrInvalidBufferSize, fmt.Sprintf("%d bytes is over the device's max allocation of %d", size, c.maxAlloc))
+	}
+	return nil
+}
+
+// Buffer is an OpenCL buffer object. It is not freed by the garbage
+// collector: Release it (or let a pool own it). Release is idempotent; any
+// other use of a released buffer returns an error wrapping
+// ErrInvalidMemObject, without reaching the driver.
+type Buffer struct {
+	mem      C.cl_mem
+	size     int64
+	flags    MemFlags
+	ctx      *Context
+	parent   *Buffer // for a sub-buffer
+	origin   int64   // for a sub-buffer: offset in parent
+	released atomic.Bool
+}
+
+// CreateBuffer makes a buffer of size bytes. Sizes that are 0, negative or
+// over the context's MaxMemAllocSize return ErrInvalidBufferSize; flags that
+// fail Validate return ErrInvalidValue. MemUseHostPtr and MemCopyHostPtr
+// need host memory: the runtime answers ErrInvalidHostPtr here; use
+// CreateBufferFromHost.
+func (c *Context) CreateBuffer(flags MemFlags, size int64) (*Buffer, error) {
+	cid, err := c.handle("clCreateBuffer")
+	if err != nil {
+		return nil, err
+	}
+	if err := c.checkSize("clCreateBuffer", size); err != nil {
+		return nil, err
+	}
+	if err := flags.Validate(); err != nil {
+		return nil, err
+	}
+	var code C.cl_int
+	mem := C.clCreateBuffer(cid, C.cl_mem_flags(flags), C.size_t(size), nil, &code)
+	runtime.KeepAlive(c)
+	if code != 0 {
+		return nil, &CallError{Call: "clCreateBuffer", Status: Status(code), Detail: fmt.Sprintf("%d bytes, flags %v", size, flags)}
+	}
+	return &Buffer{mem: mem, size: size, flags: flags, ctx: c}, nil
+}
+
+// CreateBufferFromHost makes a buffer holding a copy of data
+// (MemCopyHostPtr is added to flags). MemUseHostPtr is refused: the runtime
+// would keep a pointer to Go memory.
+func (c *Context) CreateBufferFromHost(flags MemFlags, data []byte) (*Buffer, error) {
+	if flags&MemUseHostPtr != 0 {
+		return nil, misuse("clCreateBuffer", ErrInvalidValue, "MemUseHostPtr with Go memory is not allowed; use MemCopyHostPtr")
+	}
+	if len(data) == 0 {
+		return nil, misuse("clCreateBuffer", ErrInvalidBufferSize, "no data")
+	}
+	cid, err := c.handle("clCreateBuffer")
+	if err != nil {
+		return nil, err
+	}
+	if err := c.checkSize("clCreateBuffer", int64(len(data))); err != nil {
+		return nil, err
+	}
+	flags |= MemCopyHostPtr
+	if err := flags.Validate(); err != nil {
+		return nil, err
+	}
+	var code C.cl_int
+	mem := C.clCreateBuffer(cid, C.cl_mem_flags(flags), C.size_t(len(data)), unsafe.Pointer(&data[0]), &code)
+	runtime.KeepAlive(c)
+	if err := callErr("clCreateBuffer", int32(code)); err != nil {
+		return nil, err
+	}
+	return &Buffer{mem: mem, size: int64(len(data)), flags: flags, ctx: c}, nil
+}
+
+// CreateSubBuffer makes a buffer that is the region [origin, origin+size) of
+// b. The origin must be a multiple of some device's MemBaseAddrAlign, or
+// the result is ErrMisalignedSubBufferOffset; a region past the end of b is
+// ErrInvalidValue. Both are checked here, as not every runtime does. Release the sub-buffer
+// before (or independently of) b; the runtime keeps b alive meanwhile.
+func (b *Buffer) CreateSubBuffer(flags MemFlags, origin, size int64) (*Buffer, error) {
+	if origin < 0 || size < 0 {
+		return nil, misuse("clCreateSubBuffer", ErrInvalidValue, fmt.Sprintf("negative origin %d or size %d", origin, size))
+	}
+	mem, err := b.handle("clCreateSubBuffer")
+	if err != nil {
+		return nil, err
+	}
+	if origin+size > b.size {
+		return nil, misuse("clCreateSubBuffer", ErrInvalidValue, fmt.Sprintf("region [%d, %d) is past the end of a %d-byte buffer", origin, origin+size, b.size))
+	}
+	if !b.ctx.aligned(origin) {
+		return nil, misuse("clCreateSubBuffer", ErrMisalignedSubBufferOffset, fmt.Sprintf("origin %d is not a multiple of any device's base-address alignment", origin))
+	}
+	region := C.cl_buffer_region{origin: C.size_t(origin), size: C.size_t(size)}
+	var code C.cl_int
+	sub := C.clCreateSubBuffer(mem, C.cl_mem_flags(flags), C.CL_BUFFER_CREATE_TYPE_REGION, unsafe.Pointer(&region), &code)
+	runtime.KeepAlive(b)
+	if err := callErr("clCreateSubBuffer", int32(code)); err != nil {
+		return nil, err
+	}
+	return &Buffer{mem: sub, size: size, flags: flags, ctx: b.ctx, parent: b, origin: origin}, nil
+}
+
+// Size returns the size in bytes the buffer was made with.
+func (b *Buffer) Size() int64 { return b.size }
+
+// Flags returns the flags the buffer was made with.
+func (b *Buffer) Flags() MemFlags { return b.flags }
+
+// Context returns the buffer's context.
+func (b *Buffer) Context() *Context { return b.ctx }
+
+// Parent returns the buffer a sub-buffer was made from, and its origin in it;
+// nil and 0 for a buffer that is not a sub-buffer.
+func (b *Buffer) Parent() (*Buffer, int64) { return b.parent, b.origin }
+
+// Released reports whether Release has been called.
+func (b *Buffer) Released() bool { return b.released.Load() }
+
+// BufferInfo is what the runtime reports of a buffer.
+type BufferInfo struct {
+	Size     int64    // CL_MEM_SIZE
+	Flags    MemFlags // CL_MEM_FLAGS
+	Offset   int64    // CL_MEM_OFFSET: origin in the parent, for a sub-buffer
+	RefCount int      // CL_MEM_REFERENCE_COUNT (for debugging only, as the spec warns)
+}
+
+// Info asks the runtime about the buffer.
+func (b *Buffer) Info() (BufferInfo, error) {
+	mem, err := b.handle("clGetMemObjectInfo")
+	if err != nil {
+		return BufferInfo{}, err
+	}
+	var size, offset C.size_t
+	var flags C.cl_mem_flags
+	var refs C.cl_uint
+	for _, q := range []struct {
+		param C.cl_mem_info
+		size  uintptr
+		p     unsafe.Pointer
+	}{
+		{C.CL_MEM_SIZE, unsafe.Sizeof(size), unsafe.Pointer(&size)},
+		{C.CL_MEM_FLAGS, unsafe.Sizeof(flags), unsafe.Pointer(&flags)},
+		{C.CL_MEM_OFFSET, unsafe.Sizeof(offset), unsafe.Pointer(&offset)},
+		{C.CL_MEM_REFERENCE_COUNT, unsafe.Sizeof(refs), unsafe.Pointer(&refs)},
+	} {
+		if err := callErr("clGetMemObjectInfo", int32(C.clGetMemObjectInfo(mem, q.param, C.size_t(q.size), q.p, nil))); err != nil {
+			return BufferInfo{}, err
+		}
+	}
+	runtime.KeepAlive(b)
+	return BufferInfo{Size: int64(size), Flags: MemFlags(flags), Offset: int64(offset), RefCount: int(refs)}, nil
+}
+
+// Release releases the buffer. It is idempotent: later calls return nil.
+func (b *Buffer) Release() error {
+	if !b.released.CompareAndSwap(false, true) {
+		return nil
+	}
+	err := callErr("clReleaseMemObject", int32(C.clReleaseMemObject(b.mem)))
+	runtime.KeepAlive(b)
+	return err
+}
+
+// aligned reports whether origin suits the base-address alignment of at
+// least one of the context's devices, as a sub-buffer origin must.
+func (c *Context) aligned(origin int64) bool {
+	for _, d := range c.devices {
+		if d.MemBaseAddrAlign > 0 && origin%d.MemBaseAddrAlign == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (b *Buffer) handle(call string) (C.cl_mem, error) {
+	if b == nil {
+		return nil, misuse(call, ErrInvalidMemObject, "buffer is nil")
+	}
+	if b.released.Load() {
+		return nil, misuse(call, ErrInvalidMemObject, "buffer is released")
+	}
+	return b.mem, nil
+}

@@ -1,0 +1,18 @@
+// clpool.h is the one C header of package cl: it fixes the OpenCL API level
+// and holds the few C-side helpers the Go code needs.
+#ifndef CLPOOL_H
+#define CLPOOL_H
+
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+
+// clpool_zero is the source of the probe write that commits a new buffer's
+// memory (CommandQueue.Touch). It is static C memory, so a non-blocking
+// write may read it long after the enqueue returns.
+static const cl_uint clpool_zero = 0;
+
+static inline cl_int clpool_touch(cl_command_queue q, cl_mem m, size_t n) {
+	return clEnqueueWriteBuffer(q, m, CL_FALSE, 0, n, &clpool_zero, 0, NULL, NULL);
+}
+
+#endif

@@ -1,0 +1,188 @@
+package cl
+
+/*
+#include "clpool.h"
+*/
+import "C"
+
+import (
+	"runtime"
+	"sync/atomic"
+)
+
+// Context is an OpenCL context: the devices, buffers, programs and queues
+// that work together. Release it when done; Release is idempotent.
+type Context struct {
+	id       C.cl_context
+	devices  []*Device
+	maxAlloc int64 // the least MaxMemAllocSize of the devices
+	released atomic.Bool
+}
+
+// CreateContext makes a context on the given devices (at least one, all of
+// one platform).
+func CreateContext(devices ...*Device) (*Context, error) {
+	if len(devices) == 0 {
+		return nil, misuse("clCreateContext", ErrInvalidValue, "no device given")
+	}
+	ids := make([]C.cl_device_id, len(devices))
+	for i, d := range devices {
+		ids[i] = d.id
+	}
+	var code C.cl_int
+	id := C.clCreateContext(nil, C.cl_uint(len(ids)), &ids[0], nil, nil, &code)
+	if err := callErr("clCreateContext", int32(code)); err != nil {
+		return nil, err
+	}
+	c := &Context{id: id, devices: append([]*Device(nil), devices...), maxAlloc: devices[0].MaxMemAllocSize}
+	for _, d := range devices {
+		c.maxAlloc = min(c.maxAlloc, d.MaxMemAllocSize)
+	}
+	return c, nil
+}
+
+// MaxMemAllocSize returns the largest buffer every device of the context
+// can hold: the least of their MaxMemAllocSize.
+func (c *Context) MaxMemAllocSize() int64 { return c.maxAlloc }
+
+// Devices returns the context's devices.
+func (c *Context) Devices() []*Device { return append([]*Device(nil), c.devices...) }
+
+// Release releases the context. It is idempotent: later calls return nil.
+// Objects made in the context hold their own references, so buffers and
+// queues stay usable until they are released too.
+func (c *Context) Release() error {
+	if !c.released.CompareAndSwap(false, true) {
+		return nil
+	}
+	err := callErr("clReleaseContext", int32(C.clReleaseContext(c.id)))
+	runtime.KeepAlive(c)
+	return err
+}
+
+func (c *Context) handle(call string) (C.cl_context, error) {
+	if c == nil || c.released.Load() {
+		return nil, misuse(call, ErrInvalidContext, "context is nil or released")
+	}
+	return c.id, nil
+}
+
+// QueueProperties selects command-queue behaviour (cl_command_queue_properties).
+type QueueProperties uint64
+
+// Queue properties. The zero value is an in-order queue without profiling.
+const (
+	QueueOutOfOrder QueueProperties = C.CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE
+	QueueProfiling  QueueProperties = C.CL_QUEUE_PROFILING_ENABLE
+)
+
+// CommandQueue is an OpenCL command queue on one device of a context.
+// A queue is safe for concurrent use: the OpenCL runtime serializes enqueues.
+type CommandQueue struct {
+	id          C.cl_command_queue
+	ctx         *Context
+	device      *Device
+	props       QueueProperties
+	ownsContext bool // made by DefaultQueue: Release releases the context too
+	released    atomic.Bool
+}
+
+// NewCommandQueue makes a queue on dev, which must belong to ctx.
+func NewCommandQueue(ctx *Context, dev *Device, props QueueProperties) (*CommandQueue, error) {
+	cid, err := ctx.handle("clCreateCommandQueue")
+	if err != nil {
+		return nil, err
+	}
+	var code C.cl_int
+	id := C.clCreateCommandQueue(cid, dev.id, C.cl_command_queue_properties(props), &code)
+	runtime.KeepAlive(ctx)
+	if err := callErr("clCreateCommandQueue", int32(code)); err != nil {
+		return nil, err
+	}
+	return &CommandQueue{id: id, ctx: ctx, device: dev, props: props}, nil
+}
+
+// DefaultQueue returns a new context and in-order queue on the device that
+// CLPOOL_DEVICE names, else on the first device found (see SelectDevice).
+// The queue owns its context: Release releases both.
+func DefaultQueue() (*CommandQueue, error) {
+	return DefaultQueueWith(0)
+}
+
+// DefaultQueueWith is DefaultQueue with queue properties, such as
+// QueueProfiling or QueueOutOfOrder.
+func DefaultQueueWith(props QueueProperties) (*CommandQueue, error) {
+	dev, err := SelectDevice()
+	if err != nil {
+		return nil, err
+	}
+	ctx, err := CreateContext(dev)
+	if err != nil {
+		return nil, err
+	}
+	q, err := NewCommandQueue(ctx, dev, props)
+	if err != nil {
+		_ = ctx.Release()
+		return nil, err
+	}
+	q.ownsContext = true
+	return q, nil
+}
+
+// Context returns the queue's context.
+func (q *CommandQueue) Context() *Context { return q.ctx }
+
+// Device returns the queue's device.
+func (q *CommandQueue) Device() *Device { return q.device }
+
+// Properties returns the properties the queue was made with.
+func (q *CommandQueue) Properties() QueueProperties { return q.props }
+
+// Finish blocks until every command enqueued so far has completed.
+func (q *CommandQueue) Finish() error {
+	id, err := q.handle("clFinish")
+	if err != nil {
+		return err
+	}
+	err = callErr("clFinish", int32(C.clFinish(id)))
+	runtime.KeepAlive(q)
+	return err
+}
+
+// Flush submits every command enqueued so far to the device, without waiting.
+func (q *CommandQueue) Flush() error {
+	id, err := q.handle("clFlush")
+	if err != nil {
+		return err
+	}
+	err = callErr("clFlush", int32(C.clFlush(id)))
+	runtime.KeepAlive(q)
+	return err
+}
+
+// Release waits for the queue's commands (clReleaseCommandQueue flushes and
+// the runtime finishes them) and releases it, and its context if the queue
+// came from DefaultQueue. It is idempotent: later calls return nil.
+func (q *CommandQueue) Release() error {
+	if !q.released.CompareAndSwap(false, true) {
+		return nil
+	}
+	err := callErr("clFinish", int32(C.clFinish(q.id)))
+	if rerr := callErr("clReleaseCommandQueue", int32(C.clReleaseCommandQueue(q.id))); err == nil {
+		err = rerr
+	}
+	runtime.KeepAlive(q)
+	if q.ownsContext {
+		if cerr := q.ctx.Release(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+func (q *CommandQueue) handle(call string) (C.cl_command_queue, error) {
+	if q == nil || q.released.Load() {
+		return nil, misuse(call, ErrInvalidCommandQueue, "queue is nil or released")
+	}
+	return q.id, nil
+}

@@ -1,0 +1,154 @@
+package cl_test
+
+import (
+	"testing"
+
+	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/internal/cltest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const vectorAdd = `
+kernel void add(global const float *a, global const float *b, global float *c, float scale, int n) {
+	int i = get_global_id(0);
+	if (i < n) c[i] = scale * (a[i] + b[i]);
+}`
+
+func newFloatBuffer(t *testing.T, q *cl.CommandQueue, xs []float32) *cl.Buffer {
+	t.Helper()
+	b, err := q.Context().CreateBuffer(cl.MemReadWrite, int64(4*len(xs)))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, b.Release()) })
+	require.NoError(t, q.WriteBuffer(b, 0, cl.Bytes(xs)))
+	return b
+}
+
+func TestVectorAddKernelWithProfiling(t *testing.T) {
+	q := cltest.Queue(t)
+	n := cltest.Size(q, 1000, 100000)
+	a, b := make([]float32, n), make([]float32, n)
+	for i := range a {
+		a[i], b[i] = float32(i), float32(2*i)
+	}
+	da, db, dc := newFloatBuffer(t, q, a), newFloatBuffer(t, q, b), newFloatBuffer(t, q, make([]float32, n))
+
+	prog, err := q.Context().BuildProgram(vectorAdd, "")
+	require.NoError(t, err)
+	defer prog.Release()
+	k, err := prog.Kernel("add")
+	require.NoError(t, err)
+	defer k.Release()
+	assert.Equal(t, "add", k.Name())
+	require.NoError(t, k.SetArgs(da, db, dc, float32(0.5), int32(n)))
+
+	global := (n + 63) / 64 * 64
+	ev, err := q.EnqueueNDRangeKernel(k, nil, []int{global}, []int{64})
+	require.NoError(t, err)
+	require.NoError(t, ev.Wait())
+	p, err := ev.Profile()
+	require.NoError(t, err)
+	assert.LessOrEqual(t, p.Queued, p.Submit)
+	assert.LessOrEqual(t, p.Submit, p.Start)
+	assert.LessOrEqual(t, p.Start, p.End)
+	assert.Positive(t, p.End)
+	assert.Equal(t, p.End-p.Start, uint64(p.Duration()))
+	require.NoError(t, ev.Release())
+
+	got := make([]float32, n)
+	require.NoError(t, q.ReadBuffer(dc, 0, cl.Bytes(got)))
+	for i := range got {
+		if got[i] != 0.5*(a[i]+b[i]) {
+			t.Fatalf("c[%d] = %v, want %v", i, got[i], 0.5*(a[i]+b[i]))
+		}
+	}
+}
+
+func TestKernelArgumentErrors(t *testing.T) {
+	q := cltest.Queue(t)
+	prog, err := q.Context().BuildProgram(vectorAdd, "")
+	require.NoError(t, err)
+	defer prog.Release()
+	k, err := prog.Kernel("add")
+	require.NoError(t, err)
+	defer k.Release()
+
+	assert.ErrorIs(t, k.SetArg(0, "a string"), cl.ErrInvalidArgValue)
+	assert.ErrorIs(t, k.SetArg(9, int32(1)), cl.ErrInvalidArgIndex)
+	assert.ErrorIs(t, k.SetArg(3, float64(1)), cl.ErrInvalidArgSize, "a double for a float")
+	released, err := q.Context().CreateBuffer(cl.MemReadWrite, 4)
+	require.NoError(t, err)
+	require.NoError(t, released.Release())
+	assert.ErrorIs(t, k.SetArg(0, released), cl.ErrInvalidMemObject)
+
+	_, err = prog.Kernel("no_such_kernel")
+	assert.ErrorIs(t, err, cl.ErrInvalidKernelName)
+	assert.Contains(t, err.Error(), "no_such_kernel")
+
+	_, err = q.EnqueueNDRangeKernel(k, nil, nil, nil)
+	assert.ErrorIs(t, err, cl.ErrInvalidWorkDimension)
+	_, err = q.EnqueueNDRangeKernel(k, nil, []int{64}, []int{64, 1})
+	assert.ErrorIs(t, err, cl.ErrInvalidWorkDimension)
+	_, err = q.EnqueueNDRangeKernel(k, nil, []int{-1}, nil)
+	assert.ErrorIs(t, err, cl.ErrInvalidGlobalWorkSize)
+
+	require.NoError(t, k.Release())
+	assert.NoError(t, k.Release())
+	assert.ErrorIs(t, k.SetArg(0, int32(1)), cl.ErrInvalidKernel)
+	_, err = q.EnqueueNDRangeKernel(k, nil, []int{64}, nil)
+	assert.ErrorIs(t, err, cl.ErrInvalidKernel)
+	require.NoError(t, prog.Release())
+	_, err = prog.Kernel("add")
+	assert.ErrorIs(t, err, cl.ErrInvalidProgram)
+}
+
+func TestBuildLogOfAKernelThatDoesNotCompile(t *testing.T) {
+	q := cltest.Queue(t)
+	_, err := q.Context().BuildProgram("kernel void broken(global int *x) { x[0] = undeclared_name; }", "")
+	require.ErrorIs(t, err, cl.ErrBuildProgramFailure)
+	var be *cl.BuildError
+	require.ErrorAs(t, err, &be)
+	assert.Contains(t, be.Log, "undeclared_name")
+	assert.Contains(t, err.Error(), "clBuildProgram")
+	assert.Contains(t, err.Error(), "build log")
+}
+
+func TestProfilingNeedsAProfilingQueue(t *testing.T) {
+	q, err := cl.DefaultQueue()
+	require.NoError(t, err)
+	defer q.Release()
+	b, err := q.Context().CreateBuffer(cl.MemReadWrite, 64)
+	require.NoError(t, err)
+	defer b.Release()
+	ev, err := q.EnqueueFillBuffer(b, []byte{0}, 0, 64)
+	require.NoError(t, err)
+	defer ev.Release()
+	require.NoError(t, ev.Wait())
+	_, err = ev.Profile()
+	assert.ErrorIs(t, err, cl.ErrProfilingInfoNotAvailable)
+}
+
+func TestOutOfOrderQueueWithWaitLists(t *testing.T) {
+	q, err := cl.DefaultQueueWith(cl.QueueOutOfOrder)
+	if err != nil {
+		// Out-of-order execution is optional in OpenCL 1.2.
+		require.ErrorIs(t, err, cl.ErrInvalidQueueProperties)
+		t.Skipf("out-of-order queues not supported here: %v", err)
+	}
+	defer q.Release()
+	assert.Equal(t, cl.QueueOutOfOrder, q.Properties())
+	b, err := q.Context().CreateBuffer(cl.MemReadWrite, 64)
+	require.NoError(t, err)
+	defer b.Release()
+	fill, err := q.EnqueueFillBuffer(b, []byte{5}, 0, 64)
+	require.NoError(t, err)
+	got := make([]byte, 64)
+	read, err := q.EnqueueReadBuffer(b, false, 0, got, fill)
+	require.NoError(t, err)
+	require.NoError(t, cl.WaitAll(fill, read))
+	assert.Equal(t, byte(5), got[63])
+	require.NoError(t, fill.Release())
+	require.NoError(t, read.Release())
+	_, err = q.EnqueueReadBuffer(b, false, 0, got, read)
+	assert.ErrorIs(t, err, cl.ErrInvalidEventWaitList, "a released event in the wait list")
+}

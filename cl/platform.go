@@ -1,0 +1,360 @@
+package cl
+
+/*
+#cgo LDFLAGS: -lOpenCL
+#include "clpool.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"unsafe"
+)
+
+// DeviceType is a bit set of device kinds (cl_device_type).
+type DeviceType uint64
+
+// Device types.
+const (
+	DeviceTypeDefault     DeviceType = C.CL_DEVICE_TYPE_DEFAULT
+	DeviceTypeCPU         DeviceType = C.CL_DEVICE_TYPE_CPU
+	DeviceTypeGPU         DeviceType = C.CL_DEVICE_TYPE_GPU
+	DeviceTypeAccelerator DeviceType = C.CL_DEVICE_TYPE_ACCELERATOR
+	DeviceTypeCustom      DeviceType = C.CL_DEVICE_TYPE_CUSTOM
+	DeviceTypeAll         DeviceType = C.CL_DEVICE_TYPE_ALL
+)
+
+// String returns the kinds in s, such as "CPU" or "GPU|ACCELERATOR".
+func (t DeviceType) String() string {
+	var parts []string
+	for _, k := range []struct {
+		bit  DeviceType
+		name string
+	}{{DeviceTypeDefault, "DEFAULT"}, {DeviceTypeCPU, "CPU"}, {DeviceTypeGPU, "GPU"},
+		{DeviceTypeAccelerator, "ACCELERATOR"}, {DeviceTypeCustom, "CUSTOM"}} {
+		if t&k.bit != 0 {
+			parts = append(parts, k.name)
+		}
+	}
+	if len(parts) == 0 {
+		return "NONE"
+	}
+	return strings.Join(parts, "|")
+}
+
+// SVMCapabilities is the device's shared-virtual-memory support
+// (cl_device_svm_capabilities, OpenCL 2.0). Zero on OpenCL 1.x devices.
+type SVMCapabilities uint64
+
+// SVM capability bits.
+const (
+	SVMCoarseGrainBuffer SVMCapabilities = 1 << 0
+	SVMFineGrainBuffer   SVMCapabilities = 1 << 1
+	SVMFineGrainSystem   SVMCapabilities = 1 << 2
+	SVMAtomics           SVMCapabilities = 1 << 3
+)
+
+// String returns the capabilities as names, or "none".
+func (c SVMCapabilities) String() string {
+	var parts []string
+	for i, n := range []string{"coarse-grain buffer", "fine-grain buffer", "fine-grain system", "atomics"} {
+		if c&(1<<i) != 0 {
+			parts = append(parts, n)
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// cl_device_info codes of OpenCL 2.0 that the 1.2 headers do not define.
+const deviceSVMCapabilities = 0x1053
+
+// Platform is an OpenCL platform (an installed driver).
+type Platform struct {
+	id      C.cl_platform_id
+	Index   int    // position in Platforms()
+	Name    string // CL_PLATFORM_NAME
+	Vendor  string // CL_PLATFORM_VENDOR
+	Version string // CL_PLATFORM_VERSION, "OpenCL <major>.<minor> <vendor text>"
+}
+
+// Device is an OpenCL device with the facts clpool and its users need, read
+// once when the device is listed. Devices need no release.
+type Device struct {
+	id       C.cl_device_id
+	Platform *Platform
+	Index    int // position in Platform.Devices()
+
+	Name          string     // CL_DEVICE_NAME
+	Vendor        string     // CL_DEVICE_VENDOR
+	Version       string     // CL_DEVICE_VERSION
+	DriverVersion string     // CL_DRIVER_VERSION
+	Type          DeviceType // CL_DEVICE_TYPE
+
+	GlobalMemSize     int64 // CL_DEVICE_GLOBAL_MEM_SIZE, bytes
+	MaxMemAllocSize   int64 // CL_DEVICE_MAX_MEM_ALLOC_SIZE, bytes: the largest single buffer
+	MemBaseAddrAlign  int64 // CL_DEVICE_MEM_BASE_ADDR_ALIGN, in bytes (the API reports bits)
+	MaxComputeUnits   int   // CL_DEVICE_MAX_COMPUTE_UNITS
+	MaxWorkGroupSize  int   // CL_DEVICE_MAX_WORK_GROUP_SIZE
+	SVMCapabilities   SVMCapabilities
+	ProfilingTimerRes int64 // CL_DEVICE_PROFILING_TIMER_RESOLUTION, ns
+}
+
+// Platforms lists the installed platforms.
+func Platforms() ([]*Platform, error) {
+	var n C.cl_uint
+	if err := callErr("clGetPlatformIDs", int32(C.clGetPlatformIDs(0, nil, &n))); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	ids := make([]C.cl_platform_id, n)
+	if err := callErr("clGetPlatformIDs", int32(C.clGetPlatformIDs(n, &ids[0], nil))); err != nil {
+		return nil, err
+	}
+	ps := make([]*Platform, len(ids))
+	for i, id := range ids {
+		p := &Platform{id: id, Index: i}
+		var err error
+		if p.Name, err = platformString(id, C.CL_PLATFORM_NAME); err != nil {
+			return nil, err
+		}
+		if p.Vendor, err = platformString(id, C.CL_PLATFORM_VENDOR); err != nil {
+			return nil, err
+		}
+		if p.Version, err = platformString(id, C.CL_PLATFORM_VERSION); err != nil {
+			return nil, err
+		}
+		ps[i] = p
+	}
+	return ps, nil
+}
+
+func platformString(id C.cl_platform_id, param C.cl_platform_info) (string, error) {
+	var n C.size_t
+	if err := callErr("clGetPlatformInfo", int32(C.clGetPlatformInfo(id, param, 0, nil, &n))); err != nil {
+		return "", err
+	}
+	if n == 0 {
+		return "", nil
+	}
+	buf := make([]byte, n)
+	if err := callErr("clGetPlatformInfo", int32(C.clGetPlatformInfo(id, param, n, unsafe.Pointer(&buf[0]), nil))); err != nil {
+		return "", err
+	}
+	return cString(buf), nil
+}
+
+// Devices lists the platform's devices of the given types.
+// A platform without such devices returns an empty list and no error.
+func (p *Platform) Devices(t DeviceType) ([]*Device, error) {
+	var n C.cl_uint
+	code := int32(C.clGetDeviceIDs(p.id, C.cl_device_type(t), 0, nil, &n))
+	if Status(code) == ErrDeviceNotFound {
+		return nil, nil
+	}
+	if err := callErr("clGetDeviceIDs", code); err != nil {
+		return nil, err
+	}
+	ids := make([]C.cl_device_id, n)
+	if err := callErr("clGetDeviceIDs", int32(C.clGetDeviceIDs(p.id, C.cl_device_type(t), n, &ids[0], nil))); err != nil {
+		return nil, err
+	}
+	ds := make([]*Device, len(ids))
+	for i, id := range ids {
+		d, err := newDevice(id, p, i)
+		if err != nil {
+			return nil, err
+		}
+		ds[i] = d
+	}
+	return ds, nil
+}
+
+func newDevice(id C.cl_device_id, p *Platform, index int) (*Device, error) {
+	d := &Device{id: id, Platform: p, Index: index}
+	var err error
+	str := func(param C.cl_device_info) string {
+		if err != nil {
+			return ""
+		}
+		var s string
+		s, err = deviceString(id, param)
+		return s
+	}
+	u64 := func(param C.cl_device_info) uint64 {
+		if err != nil {
+			return 0
+		}
+		var v C.cl_ulong
+		err = deviceInfo(id, param, unsafe.Sizeof(v), unsafe.Pointer(&v))
+		return uint64(v)
+	}
+	u32 := func(param C.cl_device_info) uint32 {
+		if err != nil {
+			return 0
+		}
+		var v C.cl_uint
+		err = deviceInfo(id, param, unsafe.Sizeof(v), unsafe.Pointer(&v))
+		return uint32(v)
+	}
+	sz := func(param C.cl_device_info) uint64 {
+		if err != nil {
+			return 0
+		}
+		var v C.size_t
+		err = deviceInfo(id, param, unsafe.Sizeof(v), unsafe.Pointer(&v))
+		return uint64(v)
+	}
+	d.Name = str(C.CL_DEVICE_NAME)
+	d.Vendor = str(C.CL_DEVICE_VENDOR)
+	d.Version = str(C.CL_DEVICE_VERSION)
+	d.DriverVersion = str(C.CL_DRIVER_VERSION)
+	d.Type = DeviceType(u64(C.CL_DEVICE_TYPE))
+	d.GlobalMemSize = int64(u64(C.CL_DEVICE_GLOBAL_MEM_SIZE))
+	d.MaxMemAllocSize = int64(u64(C.CL_DEVICE_MAX_MEM_ALLOC_SIZE))
+	d.MemBaseAddrAlign = int64(u32(C.CL_DEVICE_MEM_BASE_ADDR_ALIGN)) / 8
+	d.MaxComputeUnits = int(u32(C.CL_DEVICE_MAX_COMPUTE_UNITS))
+	d.MaxWorkGroupSize = int(sz(C.CL_DEVICE_MAX_WORK_GROUP_SIZE))
+	d.ProfilingTimerRes = int64(sz(C.CL_DEVICE_PROFILING_TIMER_RESOLUTION))
+	if major, _ := d.VersionNumber(); major >= 2 {
+		d.SVMCapabilities = SVMCapabilities(u64(deviceSVMCapabilities))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func deviceInfo(id C.cl_device_id, param C.cl_device_info, size uintptr, p unsafe.Pointer) error {
+	return callErr("clGetDeviceInfo", int32(C.clGetDeviceInfo(id, param, C.size_t(size), p, nil)))
+}
+
+func deviceString(id C.cl_device_id, param C.cl_device_info) (string, error) {
+	var n C.size_t
+	if err := callErr("clGetDeviceInfo", int32(C.clGetDeviceInfo(id, param, 0, nil, &n))); err != nil {
+		return "", err
+	}
+	if n == 0 {
+		return "", nil
+	}
+	buf := make([]byte, n)
+	if err := deviceInfo(id, param, uintptr(n), unsafe.Pointer(&buf[0])); err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(cString(buf)), nil
+}
+
+var versionRE = regexp.MustCompile(`^OpenCL (\d+)\.(\d+)`)
+
+// VersionNumber returns the device's OpenCL version as major and minor
+// numbers, parsed from Version ("OpenCL 1.2 ..."); 0, 0 if it cannot be read.
+// Use it to detect features newer than the 1.2 API this package targets.
+func (d *Device) VersionNumber() (major, minor int) {
+	m := versionRE.FindStringSubmatch(d.Version)
+	if m == nil {
+		return 0, 0
+	}
+	major, _ = strconv.Atoi(m[1])
+	minor, _ = strconv.Atoi(m[2])
+	return major, minor
+}
+
+// String returns "platform:device name (platform name)".
+func (d *Device) String() string {
+	return fmt.Sprintf("%d:%d %s (%s)", d.Platform.Index, d.Index, d.Name, d.Platform.Name)
+}
+
+// AllDevices lists every device of every platform, in platform order.
+func AllDevices() ([]*Device, error) {
+	ps, err := Platforms()
+	if err != nil {
+		return nil, err
+	}
+	var all []*Device
+	for _, p := range ps {
+		ds, err := p.Devices(DeviceTypeAll)
+		if err != nil {
+			return nil, fmt.Errorf("platform %d (%s): %w", p.Index, p.Name, err)
+		}
+		all = append(all, ds...)
+	}
+	return all, nil
+}
+
+// DeviceEnv is the environment variable that SelectDevice and DefaultQueue read.
+const DeviceEnv = "CLPOOL_DEVICE"
+
+var indexRE = regexp.MustCompile(`^(\d+):(\d+)$`)
+
+// SelectDevice returns the device that CLPOOL_DEVICE names, or the first
+// device found if it is unset or empty. The variable holds either
+// "platform:device" indices ("1:0") or a case-insensitive substring of the
+// platform or device name, vendor or platform version ("pocl", "oclgrind"). A value that matches nothing
+// is an error that lists the devices found.
+func SelectDevice() (*Device, error) {
+	return selectDevice(os.Getenv(DeviceEnv))
+}
+
+func selectDevice(want string) (*Device, error) {
+	all, err := AllDevices()
+	if err != nil {
+		return nil, err
+	}
+	if len(all) == 0 {
+		return nil, misuse("clGetDeviceIDs", ErrDeviceNotFound, "no OpenCL device found: is an ICD (pocl-opencl-icd) installed, and does OCL_ICD_VENDORS point at it?")
+	}
+	want = strings.TrimSpace(want)
+	if want == "" {
+		return all[0], nil
+	}
+	if m := indexRE.FindStringSubmatch(want); m != nil {
+		pi, _ := strconv.Atoi(m[1])
+		di, _ := strconv.Atoi(m[2])
+		for _, d := range all {
+			if d.Platform.Index == pi && d.Index == di {
+				return d, nil
+			}
+		}
+	} else {
+		for _, d := range all {
+			if d.Matches(want) {
+				return d, nil
+			}
+		}
+	}
+	var list strings.Builder
+	for _, d := range all {
+		list.WriteString("\n  " + d.String())
+	}
+	return nil, misuse("clGetDeviceIDs", ErrDeviceNotFound, fmt.Sprintf("%s=%q matches no device; found:%s", DeviceEnv, want, list.String()))
+}
+
+// Matches reports whether name is a case-insensitive substring of the
+// device's or platform's name or vendor, or of the platform's version (POCL
+// calls its platform "Portable Computing Language" and says "PoCL" only in
+// its version and vendor). It is how CLPOOL_DEVICE picks a device by name.
+func (d *Device) Matches(name string) bool {
+	name = strings.ToLower(name)
+	for _, s := range []string{d.Name, d.Vendor, d.Platform.Name, d.Platform.Vendor, d.Platform.Version} {
+		if strings.Contains(strings.ToLower(s), name) {
+			return true
+		}
+	}
+	return false
+}
+
+// cString returns the text of a NUL-terminated C string held in buf.
+func cString(buf []byte) string {
+	if i := strings.IndexByte(string(buf), 0); i >= 0 {
+		buf = buf[:i]
+	}
+	return string(buf)
+}

@@ -1,0 +1,234 @@
+package cl
+
+/*
+#include <stdlib.h>
+#include "clpool.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Program is an OpenCL program built for the devices of a context.
+type Program struct {
+	id       C.cl_program
+	ctx      *Context
+	released atomic.Bool
+}
+
+// BuildProgram compiles source for every device of the context, with
+// compiler options such as "-cl-fast-relaxed-math" (may be empty). A program
+// that does not compile returns a *BuildError that holds the build log and
+// matches ErrBuildProgramFailure.
+func (c *Context) BuildProgram(source, options string) (*Program, error) {
+	cid, err := c.handle("clCreateProgramWithSource")
+	if err != nil {
+		return nil, err
+	}
+	csrc := C.CString(source)
+	defer C.free(unsafe.Pointer(csrc))
+	var code C.cl_int
+	id := C.clCreateProgramWithSource(cid, 1, &csrc, nil, &code)
+	runtime.KeepAlive(c)
+	if err := callErr("clCreateProgramWithSource", int32(code)); err != nil {
+		return nil, err
+	}
+	p := &Program{id: id, ctx: c}
+	copts := C.CString(options)
+	defer C.free(unsafe.Pointer(copts))
+	ids := make([]C.cl_device_id, len(c.devices))
+	for i, d := range c.devices {
+		ids[i] = d.id
+	}
+	code = C.clBuildProgram(id, C.cl_uint(len(ids)), &ids[0], copts, nil, nil)
+	if err := callErr("clBuildProgram", int32(code)); err != nil {
+		log := p.buildLog()
+		_ = p.Release()
+		return nil, &BuildError{Err: err.(*CallError), Log: log}
+	}
+	return p, nil
+}
+
+// buildLog gathers the build logs of the context's devices.
+func (p *Program) buildLog() string {
+	var logs []string
+	for _, d := range p.ctx.devices {
+		var n C.size_t
+		if C.clGetProgramBuildInfo(p.id, d.id, C.CL_PROGRAM_BUILD_LOG, 0, nil, &n) != 0 || n == 0 {
+			continue
+		}
+		buf := make([]byte, n)
+		if C.clGetProgramBuildInfo(p.id, d.id, C.CL_PROGRAM_BUILD_LOG, n, unsafe.Pointer(&buf[0]), nil) != 0 {
+			continue
+		}
+		if s := strings.TrimSpace(cString(buf)); s != "" {
+			logs = append(logs, s)
+		}
+	}
+	runtime.KeepAlive(p)
+	return strings.Join(logs, "\n")
+}
+
+// Release releases the program. It is idempotent.
+func (p *Program) Release() error {
+	if !p.released.CompareAndSwap(false, true) {
+		return nil
+	}
+	err := callErr("clReleaseProgram", int32(C.clReleaseProgram(p.id)))
+	runtime.KeepAlive(p)
+	return err
+}
+
+// Kernel is an OpenCL kernel. Setting arguments and enqueueing are separate
+// calls, so a Kernel must not be used by several goroutines at once; make
+// one Kernel per goroutine, or guard it with a lock.
+type Kernel struct {
+	id       C.cl_kernel
+	name     string
+	released atomic.Bool
+}
+
+// Kernel makes the kernel called name.
+func (p *Program) Kernel(name string) (*Kernel, error) {
+	if p.released.Load() {
+		return nil, misuse("clCreateKernel", ErrInvalidProgram, "program is released")
+	}
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	var code C.cl_int
+	id := C.clCreateKernel(p.id, cname, &code)
+	runtime.KeepAlive(p)
+	if err := callErr("clCreateKernel", int32(code)); err != nil {
+		return nil, &CallError{Call: "clCreateKernel", Status: Status(code), Detail: name}
+	}
+	return &Kernel{id: id, name: name}, nil
+}
+
+// Name returns the kernel's function name.
+func (k *Kernel) Name() string { return k.name }
+
+// LocalMem is a kernel argument of local memory of the given byte size.
+type LocalMem int
+
+// SetArg sets argument i. The value's Go type picks the C type: *Buffer
+// (cl_mem), int8/uint8/int16/uint16/int32/uint32/int64/uint64, float32,
+// float64 (char ... double), and LocalMem (__local memory of that size).
+func (k *Kernel) SetArg(i int, v any) error {
+	const call = "clSetKernelArg"
+	if k.released.Load() {
+		return misuse(call, ErrInvalidKernel, "kernel is released")
+	}
+	var size uintptr
+	var p unsafe.Pointer
+	switch x := v.(type) {
+	case *Buffer:
+		mem, err := x.handle(call)
+		if err != nil {
+			return err
+		}
+		size, p = unsafe.Sizeof(mem), unsafe.Pointer(&mem)
+	case LocalMem:
+		size = uintptr(x)
+	case int8:
+		size, p = unsafe.Sizeof(x), unsafe.Pointer(&x)
+	case uint8:
+		size, p = unsafe.Sizeof(x), unsafe.Pointer(&x)
+	case int16:
+		size, p = unsafe.Sizeof(x), unsafe.Pointer(&x)
+	case uint16:
+		size, p = unsafe.Sizeof(x), unsafe.Pointer(&x)
+	case int32:
+		size, p = unsafe.Sizeof(x), unsafe.Pointer(&x)
+	case uint32:
+		size, p = unsafe.Sizeof(x), unsafe.Pointer(&x)
+	case int64:
+		size, p = unsafe.Sizeof(x), unsafe.Pointer(&x)
+	case uint64:
+		size, p = unsafe.Sizeof(x), unsafe.Pointer(&x)
+	case float32:
+		size, p = unsafe.Sizeof(x), unsafe.Pointer(&x)
+	case float64:
+		size, p = unsafe.Sizeof(x), unsafe.Pointer(&x)
+	default:
+		return misuse(call, ErrInvalidArgValue, fmt.Sprintf("argument %d of %s: unsupported Go type %T", i, k.name, v))
+	}
+	code := C.clSetKernelArg(k.id, C.cl_uint(i), C.size_t(size), p)
+	runtime.KeepAlive(k)
+	runtime.KeepAlive(v)
+	if code != 0 {
+		return &CallError{Call: call, Status: Status(code), Detail: fmt.Sprintf("argument %d of %s (%T)", i, k.name, v)}
+	}
+	return nil
+}
+
+// SetArgs sets the arguments in order, from 0.
+func (k *Kernel) SetArgs(args ...any) error {
+	for i, a := range args {
+		if err := k.SetArg(i, a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Release releases the kernel. It is idempotent.
+func (k *Kernel) Release() error {
+	if !k.released.CompareAndSwap(false, true) {
+		return nil
+	}
+	err := callErr("clReleaseKernel", int32(C.clReleaseKernel(k.id)))
+	runtime.KeepAlive(k)
+	return err
+}
+
+// EnqueueNDRangeKernel runs k over the global work size (1 to 3
+// dimensions). local may be nil to let the runtime choose; globalOffset may
+// be nil.
+func (q *CommandQueue) EnqueueNDRangeKernel(k *Kernel, globalOffset, global, local []int, wait ...*Event) (*Event, error) {
+	const call = "clEnqueueNDRangeKernel"
+	qid, err := q.handle(call)
+	if err != nil {
+		return nil, err
+	}
+	if k == nil || k.released.Load() {
+		return nil, misuse(call, ErrInvalidKernel, "kernel is nil or released")
+	}
+	dims := len(global)
+	if dims < 1 || dims > 3 || (local != nil && len(local) != dims) || (globalOffset != nil && len(globalOffset) != dims) {
+		return nil, misuse(call, ErrInvalidWorkDimension, fmt.Sprintf("global %v, local %v, offset %v", global, local, globalOffset))
+	}
+	list, n, err := waitList(call, wait)
+	if err != nil {
+		return nil, err
+	}
+	var g, l, o [3]C.size_t
+	var lp, op *C.size_t
+	for i := 0; i < dims; i++ {
+		if global[i] < 0 || (local != nil && local[i] < 0) || (globalOffset != nil && globalOffset[i] < 0) {
+			return nil, misuse(call, ErrInvalidGlobalWorkSize, fmt.Sprintf("negative size in global %v, local %v, offset %v", global, local, globalOffset))
+		}
+		g[i] = C.size_t(global[i])
+		if local != nil {
+			l[i] = C.size_t(local[i])
+			lp = &l[0]
+		}
+		if globalOffset != nil {
+			o[i] = C.size_t(globalOffset[i])
+			op = &o[0]
+		}
+	}
+	var ev C.cl_event
+	code := C.clEnqueueNDRangeKernel(qid, k.id, C.cl_uint(dims), op, &g[0], lp, n, list, &ev)
+	runtime.KeepAlive(q)
+	runtime.KeepAlive(k)
+	runtime.KeepAlive(wait)
+	if code != 0 {
+		return nil, &CallError{Call: call, Status: Status(code), Detail: fmt.Sprintf("kernel %s, global %v, local %v", k.name, global, local)}
+	}
+	return q.newEvent(ev, nil), nil
+}

@@ -1,0 +1,212 @@
+package cl
+
+/*
+#include "clpool.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+)
+
+// Scalar is the element types that can be moved between host and device
+// memory as raw bytes: fixed-size numbers, holding no Go pointers.
+type Scalar interface {
+	~int8 | ~uint8 | ~int16 | ~uint16 | ~int32 | ~uint32 | ~int64 | ~uint64 | ~float32 | ~float64
+}
+
+// Bytes returns the memory of s as a byte slice, without copying.
+func Bytes[T Scalar](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0])))
+}
+
+// hostPtr returns the address of data for a transfer, and for a non-blocking
+// one a Pinner that keeps it valid until the command completes.
+func hostPtr(data []byte, blocking bool) (unsafe.Pointer, *runtime.Pinner) {
+	if len(data) == 0 {
+		return nil, nil
+	}
+	p := unsafe.Pointer(&data[0])
+	if blocking {
+		return p, nil
+	}
+	pin := new(runtime.Pinner)
+	pin.Pin(p)
+	return p, pin
+}
+
+// transferArgs checks what every read and write needs.
+func (q *CommandQueue) transferArgs(call string, b *Buffer, offset int64) (C.cl_command_queue, C.cl_mem, error) {
+	qid, err := q.handle(call)
+	if err != nil {
+		return nil, nil, err
+	}
+	mem, err := b.handle(call)
+	if err != nil {
+		return nil, nil, err
+	}
+	if offset < 0 {
+		return nil, nil, misuse(call, ErrInvalidValue, fmt.Sprintf("negative offset %d", offset))
+	}
+	return qid, mem, nil
+}
+
+// finishEnqueue turns the outcome of an enqueue into the returned event.
+func (q *CommandQueue) finishEnqueue(call string, code C.cl_int, ev C.cl_event, pin *runtime.Pinner, wantEvent bool) (*Event, error) {
+	if err := callErr(call, int32(code)); err != nil {
+		if pin != nil {
+			pin.Unpin()
+		}
+		return nil, err
+	}
+	if !wantEvent {
+		return nil, nil
+	}
+	return q.newEvent(ev, pin), nil
+}
+
+// EnqueueWriteBuffer copies src into b at offset. A blocking write returns
+// when src may be reused, and returns a nil Event. A non-blocking write
+// returns an Event that pins src until the write completes: Wait for it or
+// Release it, and leave src alone meanwhile.
+func (q *CommandQueue) EnqueueWriteBuffer(b *Buffer, blocking bool, offset int64, src []byte, wait ...*Event) (*Event, error) {
+	const call = "clEnqueueWriteBuffer"
+	qid, mem, err := q.transferArgs(call, b, offset)
+	if err != nil {
+		return nil, err
+	}
+	list, n, err := waitList(call, wait)
+	if err != nil {
+		return nil, err
+	}
+	p, pin := hostPtr(src, blocking)
+	var ev C.cl_event
+	evp := &ev
+	if blocking {
+		evp = nil
+	}
+	code := C.clEnqueueWriteBuffer(qid, mem, cBool(blocking), C.size_t(offset), C.size_t(len(src)), p, n, list, evp)
+	runtime.KeepAlive(q)
+	runtime.KeepAlive(b)
+	runtime.KeepAlive(wait)
+	return q.finishEnqueue(call, code, ev, pin, !blocking)
+}
+
+// EnqueueReadBuffer copies len(dst) bytes of b at offset into dst. Blocking
+// and non-blocking reads behave as for EnqueueWriteBuffer.
+func (q *CommandQueue) EnqueueReadBuffer(b *Buffer, blocking bool, offset int64, dst []byte, wait ...*Event) (*Event, error) {
+	const call = "clEnqueueReadBuffer"
+	qid, mem, err := q.transferArgs(call, b, offset)
+	if err != nil {
+		return nil, err
+	}
+	list, n, err := waitList(call, wait)
+	if err != nil {
+		return nil, err
+	}
+	p, pin := hostPtr(dst, blocking)
+	var ev C.cl_event
+	evp := &ev
+	if blocking {
+		evp = nil
+	}
+	code := C.clEnqueueReadBuffer(qid, mem, cBool(blocking), C.size_t(offset), C.size_t(len(dst)), p, n, list, evp)
+	runtime.KeepAlive(q)
+	runtime.KeepAlive(b)
+	runtime.KeepAlive(wait)
+	return q.finishEnqueue(call, code, ev, pin, !blocking)
+}
+
+// WriteBuffer is a blocking EnqueueWriteBuffer.
+func (q *CommandQueue) WriteBuffer(b *Buffer, offset int64, src []byte) error {
+	_, err := q.EnqueueWriteBuffer(b, true, offset, src)
+	return err
+}
+
+// ReadBuffer is a blocking EnqueueReadBuffer.
+func (q *CommandQueue) ReadBuffer(b *Buffer, offset int64, dst []byte) error {
+	_, err := q.EnqueueReadBuffer(b, true, offset, dst)
+	return err
+}
+
+// EnqueueFillBuffer fills size bytes of b from offset with copies of
+// pattern (1, 2, 4, ..., 128 bytes; offset and size multiples of its
+// length). The pattern is copied at once; it may be reused on return.
+func (q *CommandQueue) EnqueueFillBuffer(b *Buffer, pattern []byte, offset, size int64, wait ...*Event) (*Event, error) {
+	const call = "clEnqueueFillBuffer"
+	qid, mem, err := q.transferArgs(call, b, offset)
+	if err != nil {
+		return nil, err
+	}
+	if size < 0 {
+		return nil, misuse(call, ErrInvalidValue, fmt.Sprintf("negative size %d", size))
+	}
+	list, n, err := waitList(call, wait)
+	if err != nil {
+		return nil, err
+	}
+	p, _ := hostPtr(pattern, true)
+	var ev C.cl_event
+	code := C.clEnqueueFillBuffer(qid, mem, p, C.size_t(len(pattern)), C.size_t(offset), C.size_t(size), n, list, &ev)
+	runtime.KeepAlive(q)
+	runtime.KeepAlive(b)
+	runtime.KeepAlive(pattern)
+	runtime.KeepAlive(wait)
+	return q.finishEnqueue(call, code, ev, nil, true)
+}
+
+// EnqueueCopyBuffer copies size bytes from src at srcOffset to dst at
+// dstOffset, on the device.
+func (q *CommandQueue) EnqueueCopyBuffer(src, dst *Buffer, srcOffset, dstOffset, size int64, wait ...*Event) (*Event, error) {
+	const call = "clEnqueueCopyBuffer"
+	qid, smem, err := q.transferArgs(call, src, srcOffset)
+	if err != nil {
+		return nil, err
+	}
+	_, dmem, err := q.transferArgs(call, dst, dstOffset)
+	if err != nil {
+		return nil, err
+	}
+	if size < 0 {
+		return nil, misuse(call, ErrInvalidValue, fmt.Sprintf("negative size %d", size))
+	}
+	list, n, err := waitList(call, wait)
+	if err != nil {
+		return nil, err
+	}
+	var ev C.cl_event
+	code := C.clEnqueueCopyBuffer(qid, smem, dmem, C.size_t(srcOffset), C.size_t(dstOffset), C.size_t(size), n, list, &ev)
+	runtime.KeepAlive(q)
+	runtime.KeepAlive(src)
+	runtime.KeepAlive(dst)
+	runtime.KeepAlive(wait)
+	return q.finishEnqueue(call, code, ev, nil, true)
+}
+
+// Touch enqueues a non-blocking write of min(4, size) zero bytes to the start
+// of b, from static C memory. Runtimes that allocate lazily commit the
+// buffer's memory for it, so an out-of-memory shows here, at allocation time,
+// rather than at the first kernel. It returns the enqueue's error.
+func (q *CommandQueue) Touch(b *Buffer) error {
+	const call = "clEnqueueWriteBuffer"
+	qid, mem, err := q.transferArgs(call, b, 0)
+	if err != nil {
+		return err
+	}
+	err = callErr(call, int32(C.clpool_touch(qid, mem, C.size_t(min(b.size, 4)))))
+	runtime.KeepAlive(q)
+	runtime.KeepAlive(b)
+	return err
+}
+
+func cBool(b bool) C.cl_bool {
+	if b {
+		return C.CL_TRUE
+	}
+	return C.CL_FALSE
+}

@@ -1,0 +1,36 @@
+// Package cltest gives tests a command queue on the device CLPOOL_DEVICE
+// names, released when the test ends. It never skips: a test that needs a
+// device and finds none fails.
+package cltest
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/clpool/clpool/cl"
+	"github.com/stretchr/testify/require"
+)
+
+// Queue returns a profiling, in-order queue (and its own context) on the
+// selected device, released at the end of the test.
+func Queue(tb testing.TB) *cl.CommandQueue {
+	tb.Helper()
+	q, err := cl.DefaultQueueWith(cl.QueueProfiling)
+	require.NoError(tb, err, "no OpenCL device: run through `make test`, which installs POCL and Oclgrind")
+	tb.Cleanup(func() { require.NoError(tb, q.Release()) })
+	return q
+}
+
+// Simulator reports whether q runs on Oclgrind, where every work-item is
+// simulated and tests keep their sizes small.
+func Simulator(q *cl.CommandQueue) bool {
+	return strings.Contains(strings.ToLower(q.Device().Platform.Name), "oclgrind")
+}
+
+// Size returns small on a simulator or under -short, else full.
+func Size(q *cl.CommandQueue, small, full int) int {
+	if Simulator(q) || testing.Short() {
+		return small
+	}
+	return full
+}
