@@ -1,0 +1,128 @@
+package allocator
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/clpool/clpool/cl"
+)
+
+// Allocator hands out device buffers and takes them back.
+// Implementations are safe for concurrent use.
+type Allocator interface {
+	// Allocate returns a new buffer of size bytes. Size 0 returns a nil
+	// buffer and no error; a negative size is an error.
+	Allocate(size int64) (*cl.Buffer, error)
+	// Free releases a buffer Allocate returned. Free(nil) does nothing.
+	Free(buf *cl.Buffer) error
+}
+
+// ErrFreed is returned by Free for a buffer that was already freed.
+var ErrFreed = errors.New("allocator: buffer already freed")
+
+// checkFlags refuses the flags a pooled buffer cannot have.
+func checkFlags(flags cl.MemFlags) error {
+	if flags&(cl.MemUseHostPtr|cl.MemCopyHostPtr) != 0 {
+		return fmt.Errorf("allocator: flags %v: a pooled buffer cannot use or copy host memory: %w", flags, cl.ErrInvalidValue)
+	}
+	if err := flags.Validate(); err != nil {
+		return fmt.Errorf("allocator: %w", err)
+	}
+	return nil
+}
+
+// checkSize refuses negative sizes with an error matching cl.ErrInvalidBufferSize.
+func checkSize(size int64) error {
+	if size < 0 {
+		return fmt.Errorf("allocator: Allocate(%d): negative size: %w", size, cl.ErrInvalidBufferSize)
+	}
+	return nil
+}
+
+// Deferred allocates with plain clCreateBuffer. Runtimes may delay the real
+// allocation to the buffer's first use; see Immediate.
+type Deferred struct {
+	ctx   *cl.Context
+	flags cl.MemFlags
+}
+
+// NewDeferred returns an allocator of buffers with the given flags in ctx.
+func NewDeferred(ctx *cl.Context, flags cl.MemFlags) (*Deferred, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("allocator: nil context: %w", cl.ErrInvalidContext)
+	}
+	if err := checkFlags(flags); err != nil {
+		return nil, err
+	}
+	return &Deferred{ctx: ctx, flags: flags}, nil
+}
+
+// Context returns the context the buffers are made in.
+func (d *Deferred) Context() *cl.Context { return d.ctx }
+
+// Flags returns the flags the buffers are made with.
+func (d *Deferred) Flags() cl.MemFlags { return d.flags }
+
+// Allocate returns a new buffer of size bytes; see the package doc for 0.
+// Sizes over the device's max allocation return cl.ErrInvalidBufferSize.
+func (d *Deferred) Allocate(size int64) (*cl.Buffer, error) {
+	if size == 0 {
+		return nil, nil
+	}
+	if err := checkSize(size); err != nil {
+		return nil, err
+	}
+	return d.ctx.CreateBuffer(d.flags, size)
+}
+
+// Free releases buf. Freeing a buffer twice returns ErrFreed.
+func (d *Deferred) Free(buf *cl.Buffer) error {
+	if buf == nil {
+		return nil
+	}
+	if buf.Released() {
+		return ErrFreed
+	}
+	return buf.Release()
+}
+
+// Immediate allocates like Deferred, then probes each new buffer with a
+// write of up to 4 zero bytes enqueued on its queue (cl.CommandQueue.Touch),
+// which makes the runtime commit the memory now. The probe's error is the
+// allocation's error, and the buffer is released. The probe is not waited
+// for: errors an asynchronous runtime reports only on completion still
+// surface later.
+type Immediate struct {
+	Deferred
+	q *cl.CommandQueue
+}
+
+// NewImmediate returns an allocator of buffers with the given flags in q's
+// context, probed on q.
+func NewImmediate(q *cl.CommandQueue, flags cl.MemFlags) (*Immediate, error) {
+	if q == nil {
+		return nil, fmt.Errorf("allocator: nil queue: %w", cl.ErrInvalidCommandQueue)
+	}
+	d, err := NewDeferred(q.Context(), flags)
+	if err != nil {
+		return nil, err
+	}
+	return &Immediate{Deferred: *d, q: q}, nil
+}
+
+// Queue returns the queue the probes are enqueued on.
+func (a *Immediate) Queue() *cl.CommandQueue { return a.q }
+
+// Allocate returns a new, probed buffer of size bytes; see the package doc
+// for 0.
+func (a *Immediate) Allocate(size int64) (*cl.Buffer, error) {
+	buf, err := a.Deferred.Allocate(size)
+	if buf == nil || err != nil {
+		return nil, err
+	}
+	if err := a.q.Touch(buf); err != nil {
+		_ = buf.Release()
+		return nil, fmt.Errorf("allocator: probing a new %d-byte buffer: %w", size, err)
+	}
+	return buf, nil
+}

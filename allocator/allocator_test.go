@@ -1,0 +1,163 @@
+package allocator_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/clpool/clpool/allocator"
+	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/internal/cltest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// both returns a Deferred and an Immediate allocator on q, by name.
+func both(t *testing.T, q *cl.CommandQueue) map[string]allocator.Allocator {
+	d, err := allocator.NewDeferred(q.Context(), cl.MemReadWrite)
+	require.NoError(t, err)
+	i, err := allocator.NewImmediate(q, cl.MemReadWrite)
+	require.NoError(t, err)
+	return map[string]allocator.Allocator{"deferred": d, "immediate": i}
+}
+
+// Ported from PyOpenCL's test_allocator: 15 bytes from each allocator, and
+// 0 as documented (no buffer, no error).
+func TestAllocator(t *testing.T) {
+	q := cltest.Queue(t)
+	for name, a := range both(t, q) {
+		t.Run(name, func(t *testing.T) {
+			buf, err := a.Allocate(15)
+			require.NoError(t, err)
+			require.NotNil(t, buf)
+			assert.Equal(t, int64(15), buf.Size())
+			require.NoError(t, q.WriteBuffer(buf, 0, []byte("fifteen bytes!!")))
+			got := make([]byte, 15)
+			require.NoError(t, q.ReadBuffer(buf, 0, got))
+			assert.Equal(t, "fifteen bytes!!", string(got))
+			require.NoError(t, a.Free(buf))
+			assert.True(t, buf.Released())
+
+			buf, err = a.Allocate(0)
+			assert.NoError(t, err)
+			assert.Nil(t, buf)
+			assert.NoError(t, a.Free(nil))
+		})
+	}
+}
+
+func TestAllocatorMisuse(t *testing.T) {
+	q := cltest.Queue(t)
+	for name, a := range both(t, q) {
+		t.Run(name, func(t *testing.T) {
+			_, err := a.Allocate(-1)
+			assert.ErrorIs(t, err, cl.ErrInvalidBufferSize)
+			_, err = a.Allocate(q.Device().MaxMemAllocSize + 1)
+			assert.ErrorIs(t, err, cl.ErrInvalidBufferSize)
+
+			buf, err := a.Allocate(8)
+			require.NoError(t, err)
+			require.NoError(t, a.Free(buf))
+			assert.ErrorIs(t, a.Free(buf), allocator.ErrFreed, "double free")
+		})
+	}
+	for _, flags := range []cl.MemFlags{cl.MemUseHostPtr, cl.MemCopyHostPtr, cl.MemReadWrite | cl.MemCopyHostPtr, cl.MemReadOnly | cl.MemWriteOnly, 1 << 30} {
+		_, err := allocator.NewDeferred(q.Context(), flags)
+		assert.ErrorIs(t, err, cl.ErrInvalidValue, "flags %v", flags)
+		_, err = allocator.NewImmediate(q, flags)
+		assert.ErrorIs(t, err, cl.ErrInvalidValue, "flags %v", flags)
+	}
+	_, err := allocator.NewDeferred(nil, cl.MemReadWrite)
+	assert.ErrorIs(t, err, cl.ErrInvalidContext)
+	_, err = allocator.NewImmediate(nil, cl.MemReadWrite)
+	assert.ErrorIs(t, err, cl.ErrInvalidCommandQueue)
+	d, err := allocator.NewDeferred(q.Context(), cl.MemReadOnly|cl.MemAllocHostPtr)
+	require.NoError(t, err, "ALLOC_HOST_PTR is fine: the runtime owns that memory")
+	assert.Equal(t, cl.MemReadOnly|cl.MemAllocHostPtr, d.Flags())
+	assert.Same(t, q.Context(), d.Context())
+}
+
+func TestImmediateReturnsTheProbesError(t *testing.T) {
+	q := cltest.Queue(t)
+	// A queue released after the allocator was made: the buffer is created,
+	// the probe fails, and the allocation fails with the probe's error.
+	q2, err := cl.NewCommandQueue(q.Context(), q.Device(), 0)
+	require.NoError(t, err)
+	a, err := allocator.NewImmediate(q2, cl.MemReadWrite)
+	require.NoError(t, err)
+	assert.Same(t, q2, a.Queue())
+	require.NoError(t, q2.Release())
+	buf, err := a.Allocate(64)
+	assert.Nil(t, buf)
+	require.ErrorIs(t, err, cl.ErrInvalidCommandQueue)
+	assert.Contains(t, err.Error(), "probing a new 64-byte buffer")
+}
+
+func TestImmediateProbeWritesOnlyTheFirstBytes(t *testing.T) {
+	q := cltest.Queue(t)
+	a, err := allocator.NewImmediate(q, cl.MemReadWrite)
+	require.NoError(t, err)
+	for _, size := range []int64{1, 2, 4, 5, 4096} {
+		buf, err := a.Allocate(size)
+		require.NoError(t, err)
+		require.NoError(t, q.Finish())
+		got := make([]byte, min(size, 4))
+		require.NoError(t, q.ReadBuffer(buf, 0, got))
+		assert.Equal(t, make([]byte, len(got)), got, "size %d", size)
+		require.NoError(t, a.Free(buf))
+	}
+}
+
+func TestBudgetRefusesLikeADeviceOutOfMemory(t *testing.T) {
+	q := cltest.Queue(t)
+	d, err := allocator.NewDeferred(q.Context(), cl.MemReadWrite)
+	require.NoError(t, err)
+	b := allocator.NewBudget(d, 1000)
+	assert.Equal(t, int64(1000), b.Limit())
+	x, err := b.Allocate(600)
+	require.NoError(t, err)
+	_, err = b.Allocate(401)
+	require.ErrorIs(t, err, cl.ErrMemObjectAllocationFailure)
+	assert.Contains(t, err.Error(), "401 bytes would exceed the budget of 1000 (600 in use)")
+	assert.Equal(t, int64(600), b.Live(), "a refusal changes nothing")
+	y, err := b.Allocate(400)
+	require.NoError(t, err)
+	require.NoError(t, b.Free(x))
+	require.NoError(t, b.Free(y))
+	assert.Zero(t, b.Live())
+	assert.ErrorIs(t, b.Free(y), allocator.ErrFreed)
+	assert.Zero(t, b.Live(), "a failed free gives nothing back")
+
+	// An error of the wrapped allocator gives the reservation back.
+	_, err = b.Allocate(-5)
+	assert.ErrorIs(t, err, cl.ErrInvalidBufferSize)
+	big := allocator.NewBudget(d, 1<<62)
+	z, err := big.Allocate(q.Device().MaxMemAllocSize + 1)
+	assert.Nil(t, z)
+	assert.ErrorIs(t, err, cl.ErrInvalidBufferSize)
+	assert.False(t, errors.Is(err, cl.ErrMemObjectAllocationFailure))
+	assert.Zero(t, big.Live())
+}
+
+func TestCountingFindsDoubleAndForeignFrees(t *testing.T) {
+	q := cltest.Queue(t)
+	d, err := allocator.NewDeferred(q.Context(), cl.MemReadWrite)
+	require.NoError(t, err)
+	c := allocator.NewCounting(d)
+	x, err := c.Allocate(100)
+	require.NoError(t, err)
+	_, err = c.Allocate(-1)
+	require.Error(t, err)
+	nothing, err := c.Allocate(0)
+	require.NoError(t, err)
+	require.Nil(t, nothing)
+	assert.Equal(t, allocator.CountingStats{Allocs: 1, Failures: 1, Live: 1, LiveBytes: 100}, c.Stats())
+
+	require.NoError(t, c.Free(x))
+	assert.ErrorIs(t, c.Free(x), allocator.ErrFreed)
+	foreign, err := d.Allocate(10)
+	require.NoError(t, err)
+	assert.ErrorIs(t, c.Free(foreign), allocator.ErrFreed)
+	assert.False(t, foreign.Released(), "a refused free does not release")
+	require.NoError(t, d.Free(foreign))
+	assert.Equal(t, allocator.CountingStats{Allocs: 1, Frees: 1, Failures: 1, BadFrees: 2}, c.Stats())
+}

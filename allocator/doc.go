@@ -1,0 +1,20 @@
+// Package allocator hands out OpenCL buffers for a pool or an array.
+//
+// Deferred is plain clCreateBuffer: fast, but a runtime that allocates lazily
+// reports an out-of-memory only at the first command that touches the
+// buffer, far from the allocation. Immediate adds a small write to every new
+// buffer, so the runtime must commit the memory at once and an out-of-memory
+// surfaces as the allocation's error, where a pool can react to it (free the
+// blocks it holds, and retry). That is what package mempool expects.
+//
+// Both refuse MemUseHostPtr and MemCopyHostPtr (a pool's buffers carry no
+// host memory) and negative sizes. Allocate(0) does not reach the driver,
+// which rejects empty buffers: it returns a nil *cl.Buffer and a nil error,
+// as PyOpenCL's allocators return None, and Free(nil) does nothing.
+//
+// Two wrappers serve both as features and as the way to test what CPU
+// runtimes never report: Budget refuses allocations past a byte budget with
+// an error that matches cl.ErrMemObjectAllocationFailure, as a device that
+// ran out of memory would; Counting counts allocations and frees and
+// reports buffers freed twice or never.
+package allocator

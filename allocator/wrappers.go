@@ -1,0 +1,134 @@
+package allocator
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/clpool/clpool/cl"
+)
+
+// Budget wraps an Allocator and refuses allocations that would take the
+// bytes it has live past a budget. A refusal matches
+// cl.ErrMemObjectAllocationFailure, as a device out of memory would, so a
+// pool above reacts to it as to a real out-of-memory. Use it to give a
+// program a share of a device, and to test out-of-memory handling on CPU
+// runtimes, which never report it.
+type Budget struct {
+	inner  Allocator
+	budget int64
+	live   atomic.Int64
+}
+
+// NewBudget wraps a with a budget of the given bytes.
+func NewBudget(a Allocator, budget int64) *Budget {
+	return &Budget{inner: a, budget: budget}
+}
+
+// Allocate reserves size bytes of the budget and allocates from the
+// wrapped allocator.
+func (b *Budget) Allocate(size int64) (*cl.Buffer, error) {
+	if size <= 0 {
+		return b.inner.Allocate(size)
+	}
+	if n := b.live.Add(size); n > b.budget {
+		b.live.Add(-size)
+		return nil, &cl.CallError{Call: "clCreateBuffer", Status: cl.ErrMemObjectAllocationFailure,
+			Detail: fmt.Sprintf("allocator.Budget: %d bytes would exceed the budget of %d (%d in use)", size, b.budget, n-size)}
+	}
+	buf, err := b.inner.Allocate(size)
+	if err != nil {
+		b.live.Add(-size)
+		return nil, err
+	}
+	return buf, nil
+}
+
+// Free frees buf and returns its bytes to the budget.
+func (b *Budget) Free(buf *cl.Buffer) error {
+	if buf == nil {
+		return nil
+	}
+	if err := b.inner.Free(buf); err != nil {
+		return err
+	}
+	b.live.Add(-buf.Size())
+	return nil
+}
+
+// Live returns the bytes allocated and not yet freed.
+func (b *Budget) Live() int64 { return b.live.Load() }
+
+// Limit returns the budget.
+func (b *Budget) Limit() int64 { return b.budget }
+
+// Counting wraps an Allocator and keeps count of what it allocates and
+// frees, by buffer, so tests (and leak hunts) can prove that every
+// allocation is freed exactly once. A buffer freed twice, or never
+// allocated here, is refused with ErrFreed and counted as a bad free.
+type Counting struct {
+	inner Allocator
+
+	mu    sync.Mutex
+	live  map[*cl.Buffer]struct{}
+	stats CountingStats
+}
+
+// CountingStats is a snapshot of a Counting allocator's counts.
+type CountingStats struct {
+	Allocs    int64 // successful allocations of a buffer
+	Frees     int64 // successful frees
+	Failures  int64 // allocations the wrapped allocator refused
+	BadFrees  int64 // frees of a buffer already freed or not allocated here
+	Live      int   // buffers allocated and not freed
+	LiveBytes int64 // their bytes
+}
+
+// NewCounting wraps a.
+func NewCounting(a Allocator) *Counting {
+	return &Counting{inner: a, live: make(map[*cl.Buffer]struct{})}
+}
+
+// Allocate allocates from the wrapped allocator and counts the buffer.
+func (c *Counting) Allocate(size int64) (*cl.Buffer, error) {
+	buf, err := c.inner.Allocate(size)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.stats.Failures++
+		return nil, err
+	}
+	if buf != nil {
+		c.live[buf] = struct{}{}
+		c.stats.Allocs++
+		c.stats.Live++
+		c.stats.LiveBytes += buf.Size()
+	}
+	return buf, nil
+}
+
+// Free frees buf through the wrapped allocator, once.
+func (c *Counting) Free(buf *cl.Buffer) error {
+	if buf == nil {
+		return nil
+	}
+	c.mu.Lock()
+	if _, ok := c.live[buf]; !ok {
+		c.stats.BadFrees++
+		c.mu.Unlock()
+		return ErrFreed
+	}
+	delete(c.live, buf)
+	c.stats.Frees++
+	c.stats.Live--
+	c.stats.LiveBytes -= buf.Size()
+	c.mu.Unlock()
+	return c.inner.Free(buf)
+}
+
+// Stats returns a snapshot of the counts.
+func (c *Counting) Stats() CountingStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
