@@ -128,6 +128,10 @@ func (c *Context) CreateBuffer(flags MemFlags, size int64) (*Buffer, error) {
 	if err := flags.Validate(); err != nil {
 		return nil, err
 	}
+	if c.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
+	}
 	var code C.cl_int
 	mem := C.clCreateBuffer(cid, C.cl_mem_flags(flags), C.size_t(size), nil, &code)
 	runtime.KeepAlive(c)
@@ -158,6 +162,10 @@ func (c *Context) CreateBufferFromHost(flags MemFlags, data []byte) (*Buffer, er
 	if err := flags.Validate(); err != nil {
 		return nil, err
 	}
+	if c.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
+	}
 	var code C.cl_int
 	mem := C.clCreateBuffer(cid, C.cl_mem_flags(flags), C.size_t(len(data)), unsafe.Pointer(&data[0]), &code)
 	runtime.KeepAlive(c)
@@ -185,6 +193,10 @@ func (b *Buffer) CreateSubBuffer(flags MemFlags, origin, size int64) (*Buffer, e
 	}
 	if !b.ctx.aligned(origin) {
 		return nil, misuse("clCreateSubBuffer", ErrMisalignedSubBufferOffset, fmt.Sprintf("origin %d is not a multiple of any device's base-address alignment", origin))
+	}
+	if b.ctx.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
 	}
 	region := C.cl_buffer_region{origin: C.size_t(origin), size: C.size_t(size)}
 	var code C.cl_int
@@ -226,6 +238,10 @@ func (b *Buffer) Info() (BufferInfo, error) {
 	if err != nil {
 		return BufferInfo{}, err
 	}
+	if b.ctx.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
+	}
 	var size, offset C.size_t
 	var flags C.cl_mem_flags
 	var refs C.cl_uint
@@ -251,6 +267,10 @@ func (b *Buffer) Info() (BufferInfo, error) {
 func (b *Buffer) Release() error {
 	if !b.released.CompareAndSwap(false, true) {
 		return nil
+	}
+	if b.ctx.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
 	}
 	err := callErr("clReleaseMemObject", int32(C.clReleaseMemObject(b.mem)))
 	runtime.KeepAlive(b)

@@ -16,6 +16,7 @@ type Context struct {
 	id       C.cl_context
 	devices  []*Device
 	maxAlloc int64 // the least MaxMemAllocSize of the devices
+	serial   bool  // the runtime is not thread-safe: calls take serialMu
 	released atomic.Bool
 }
 
@@ -34,7 +35,7 @@ func CreateContext(devices ...*Device) (*Context, error) {
 	if err := callErr("clCreateContext", int32(code)); err != nil {
 		return nil, err
 	}
-	c := &Context{id: id, devices: append([]*Device(nil), devices...), maxAlloc: devices[0].MaxMemAllocSize}
+	c := &Context{id: id, devices: append([]*Device(nil), devices...), maxAlloc: devices[0].MaxMemAllocSize, serial: needsSerial(devices)}
 	for _, d := range devices {
 		c.maxAlloc = min(c.maxAlloc, d.MaxMemAllocSize)
 	}
@@ -54,6 +55,10 @@ func (c *Context) Devices() []*Device { return append([]*Device(nil), c.devices.
 func (c *Context) Release() error {
 	if !c.released.CompareAndSwap(false, true) {
 		return nil
+	}
+	if c.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
 	}
 	err := callErr("clReleaseContext", int32(C.clReleaseContext(c.id)))
 	runtime.KeepAlive(c)
@@ -92,6 +97,10 @@ func NewCommandQueue(ctx *Context, dev *Device, props QueueProperties) (*Command
 	cid, err := ctx.handle("clCreateCommandQueue")
 	if err != nil {
 		return nil, err
+	}
+	if ctx.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
 	}
 	var code C.cl_int
 	id := C.clCreateCommandQueue(cid, dev.id, C.cl_command_queue_properties(props), &code)
@@ -144,6 +153,10 @@ func (q *CommandQueue) Finish() error {
 	if err != nil {
 		return err
 	}
+	if q.ctx.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
+	}
 	err = callErr("clFinish", int32(C.clFinish(id)))
 	runtime.KeepAlive(q)
 	return err
@@ -154,6 +167,10 @@ func (q *CommandQueue) Flush() error {
 	id, err := q.handle("clFlush")
 	if err != nil {
 		return err
+	}
+	if q.ctx.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
 	}
 	err = callErr("clFlush", int32(C.clFlush(id)))
 	runtime.KeepAlive(q)
@@ -167,11 +184,17 @@ func (q *CommandQueue) Release() error {
 	if !q.released.CompareAndSwap(false, true) {
 		return nil
 	}
+	if q.ctx.serial {
+		serialMu.Lock()
+	}
 	err := callErr("clFinish", int32(C.clFinish(q.id)))
 	if rerr := callErr("clReleaseCommandQueue", int32(C.clReleaseCommandQueue(q.id))); err == nil {
 		err = rerr
 	}
 	runtime.KeepAlive(q)
+	if q.ctx.serial {
+		serialMu.Unlock()
+	}
 	if q.ownsContext {
 		if cerr := q.ctx.Release(); err == nil {
 			err = cerr

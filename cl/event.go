@@ -21,6 +21,7 @@ import (
 type Event struct {
 	id        C.cl_event
 	profiling bool // the queue was made with QueueProfiling
+	serial    bool // see serialMu
 	pin       atomic.Pointer[runtime.Pinner]
 	released  atomic.Bool
 }
@@ -53,7 +54,7 @@ func (s ExecStatus) String() string {
 }
 
 func (q *CommandQueue) newEvent(id C.cl_event, pin *runtime.Pinner) *Event {
-	e := &Event{id: id, profiling: q.props&QueueProfiling != 0}
+	e := &Event{id: id, profiling: q.props&QueueProfiling != 0, serial: q.ctx.serial}
 	if pin != nil {
 		e.pin.Store(pin)
 	}
@@ -65,6 +66,10 @@ func (q *CommandQueue) newEvent(id C.cl_event, pin *runtime.Pinner) *Event {
 func (e *Event) Wait() error {
 	if e == nil || e.released.Load() {
 		return misuse("clWaitForEvents", ErrInvalidEvent, "event is nil or released")
+	}
+	if e.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
 	}
 	err := callErr("clWaitForEvents", int32(C.clWaitForEvents(1, &e.id)))
 	runtime.KeepAlive(e)
@@ -78,6 +83,10 @@ func (e *Event) Wait() error {
 func (e *Event) Status() (ExecStatus, error) {
 	if e == nil || e.released.Load() {
 		return 0, misuse("clGetEventInfo", ErrInvalidEvent, "event is nil or released")
+	}
+	if e.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
 	}
 	var s C.cl_int
 	err := callErr("clGetEventInfo", int32(C.clGetEventInfo(e.id, C.CL_EVENT_COMMAND_EXECUTION_STATUS, C.size_t(unsafe.Sizeof(s)), unsafe.Pointer(&s), nil)))
@@ -107,6 +116,10 @@ func (e *Event) Profile() (Profile, error) {
 		// Some runtimes (Oclgrind) answer anyway; the specification does not.
 		return Profile{}, misuse("clGetEventProfilingInfo", ErrProfilingInfoNotAvailable, "the queue was made without QueueProfiling")
 	}
+	if e.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
+	}
 	var t [4]C.cl_ulong
 	params := [4]C.cl_profiling_info{C.CL_PROFILING_COMMAND_QUEUED, C.CL_PROFILING_COMMAND_SUBMIT, C.CL_PROFILING_COMMAND_START, C.CL_PROFILING_COMMAND_END}
 	for i, p := range params {
@@ -125,6 +138,10 @@ func (e *Event) Profile() (Profile, error) {
 func (e *Event) Release() error {
 	if !e.released.CompareAndSwap(false, true) {
 		return nil
+	}
+	if e.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
 	}
 	var err error
 	if e.pin.Load() != nil {
@@ -149,6 +166,10 @@ func WaitAll(events ...*Event) error {
 	list, n, err := waitList("clWaitForEvents", events)
 	if err != nil || n == 0 {
 		return err
+	}
+	if events[0].serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
 	}
 	err = callErr("clWaitForEvents", int32(C.clWaitForEvents(n, list)))
 	runtime.KeepAlive(events)

@@ -30,6 +30,10 @@ func (c *Context) BuildProgram(source, options string) (*Program, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
+	}
 	csrc := C.CString(source)
 	defer C.free(unsafe.Pointer(csrc))
 	var code C.cl_int
@@ -48,7 +52,8 @@ func (c *Context) BuildProgram(source, options string) (*Program, error) {
 	code = C.clBuildProgram(id, C.cl_uint(len(ids)), &ids[0], copts, nil, nil)
 	if err := callErr("clBuildProgram", int32(code)); err != nil {
 		log := p.buildLog()
-		_ = p.Release()
+		C.clReleaseProgram(id)
+		p.released.Store(true)
 		return nil, &BuildError{Err: err.(*CallError), Log: log}
 	}
 	return p, nil
@@ -79,6 +84,10 @@ func (p *Program) Release() error {
 	if !p.released.CompareAndSwap(false, true) {
 		return nil
 	}
+	if p.ctx.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
+	}
 	err := callErr("clReleaseProgram", int32(C.clReleaseProgram(p.id)))
 	runtime.KeepAlive(p)
 	return err
@@ -90,6 +99,7 @@ func (p *Program) Release() error {
 type Kernel struct {
 	id       C.cl_kernel
 	name     string
+	serial   bool // see serialMu
 	released atomic.Bool
 }
 
@@ -97,6 +107,10 @@ type Kernel struct {
 func (p *Program) Kernel(name string) (*Kernel, error) {
 	if p.released.Load() {
 		return nil, misuse("clCreateKernel", ErrInvalidProgram, "program is released")
+	}
+	if p.ctx.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
 	}
 	cname := C.CString(name)
 	defer C.free(unsafe.Pointer(cname))
@@ -106,7 +120,7 @@ func (p *Program) Kernel(name string) (*Kernel, error) {
 	if err := callErr("clCreateKernel", int32(code)); err != nil {
 		return nil, &CallError{Call: "clCreateKernel", Status: Status(code), Detail: name}
 	}
-	return &Kernel{id: id, name: name}, nil
+	return &Kernel{id: id, name: name, serial: p.ctx.serial}, nil
 }
 
 // Name returns the kernel's function name.
@@ -157,6 +171,10 @@ func (k *Kernel) SetArg(i int, v any) error {
 	default:
 		return misuse(call, ErrInvalidArgValue, fmt.Sprintf("argument %d of %s: unsupported Go type %T", i, k.name, v))
 	}
+	if k.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
+	}
 	code := C.clSetKernelArg(k.id, C.cl_uint(i), C.size_t(size), p)
 	runtime.KeepAlive(k)
 	runtime.KeepAlive(v)
@@ -180,6 +198,10 @@ func (k *Kernel) SetArgs(args ...any) error {
 func (k *Kernel) Release() error {
 	if !k.released.CompareAndSwap(false, true) {
 		return nil
+	}
+	if k.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
 	}
 	err := callErr("clReleaseKernel", int32(C.clReleaseKernel(k.id)))
 	runtime.KeepAlive(k)
@@ -221,6 +243,10 @@ func (q *CommandQueue) EnqueueNDRangeKernel(k *Kernel, globalOffset, global, loc
 			o[i] = C.size_t(globalOffset[i])
 			op = &o[0]
 		}
+	}
+	if q.ctx.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
 	}
 	var ev C.cl_event
 	code := C.clEnqueueNDRangeKernel(qid, k.id, C.cl_uint(dims), op, &g[0], lp, n, list, &ev)

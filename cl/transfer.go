@@ -84,6 +84,10 @@ func (q *CommandQueue) EnqueueWriteBuffer(b *Buffer, blocking bool, offset int64
 	if err != nil {
 		return nil, err
 	}
+	if q.ctx.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
+	}
 	p, pin := hostPtr(src, blocking)
 	var ev C.cl_event
 	evp := &ev
@@ -108,6 +112,10 @@ func (q *CommandQueue) EnqueueReadBuffer(b *Buffer, blocking bool, offset int64,
 	list, n, err := waitList(call, wait)
 	if err != nil {
 		return nil, err
+	}
+	if q.ctx.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
 	}
 	p, pin := hostPtr(dst, blocking)
 	var ev C.cl_event
@@ -150,6 +158,10 @@ func (q *CommandQueue) EnqueueFillBuffer(b *Buffer, pattern []byte, offset, size
 	if err != nil {
 		return nil, err
 	}
+	if q.ctx.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
+	}
 	p, _ := hostPtr(pattern, true)
 	var ev C.cl_event
 	code := C.clEnqueueFillBuffer(qid, mem, p, C.size_t(len(pattern)), C.size_t(offset), C.size_t(size), n, list, &ev)
@@ -179,6 +191,10 @@ func (q *CommandQueue) EnqueueCopyBuffer(src, dst *Buffer, srcOffset, dstOffset,
 	if err != nil {
 		return nil, err
 	}
+	if q.ctx.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
+	}
 	var ev C.cl_event
 	code := C.clEnqueueCopyBuffer(qid, smem, dmem, C.size_t(srcOffset), C.size_t(dstOffset), C.size_t(size), n, list, &ev)
 	runtime.KeepAlive(q)
@@ -197,6 +213,10 @@ func (q *CommandQueue) Touch(b *Buffer) error {
 	qid, mem, err := q.transferArgs(call, b, 0)
 	if err != nil {
 		return err
+	}
+	if q.ctx.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
 	}
 	err = callErr(call, int32(C.clpool_touch(qid, mem, C.size_t(min(b.size, 4)))))
 	runtime.KeepAlive(q)
