@@ -1,0 +1,141 @@
+package mempool_test
+
+import (
+	"runtime"
+	"sync/atomic"
+	"testing"
+
+	"github.com/clpool/clpool/allocator"
+	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/internal/cltest"
+	"github.com/clpool/clpool/mempool"
+)
+
+const benchSize = 4096
+
+func benchPool(b *testing.B, opts ...mempool.Option) *mempool.Pool {
+	q := cltest.Queue(b)
+	a, err := allocator.NewImmediate(q, cl.MemReadWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := mempool.New(a, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { p.Close() })
+	warm, err := p.Allocate(benchSize) // make the next one a hit
+	if err != nil {
+		b.Fatal(err)
+	}
+	warm.Close()
+	return p
+}
+
+func hitLoop(b *testing.B, p *mempool.Pool) {
+	b.ReportAllocs()
+	for b.Loop() {
+		pb, err := p.Allocate(benchSize)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pb.Close()
+	}
+}
+
+// BenchmarkPoolHit is the hot path: a warm hit, Allocate+Close of 4 KiB,
+// with drop safety on (the default).
+func BenchmarkPoolHit(b *testing.B) { hitLoop(b, benchPool(b)) }
+
+// BenchmarkPoolHitNoDropSafety is the same with WithDropSafety(false).
+func BenchmarkPoolHitNoDropSafety(b *testing.B) {
+	hitLoop(b, benchPool(b, mempool.WithDropSafety(false)))
+}
+
+// BenchmarkPoolParallel is the hot path from GOMAXPROCS goroutines at once.
+func BenchmarkPoolParallel(b *testing.B) {
+	p := benchPool(b)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			x, err := p.Allocate(benchSize)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			x.Close()
+		}
+	})
+}
+
+func rawLoop(b *testing.B, a allocator.Allocator) {
+	b.ReportAllocs()
+	for b.Loop() {
+		buf, err := a.Allocate(benchSize)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := a.Free(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDeferred is what a hit replaces: a device allocation and free.
+func BenchmarkDeferred(b *testing.B) {
+	q := cltest.Queue(b)
+	a, err := allocator.NewDeferred(q.Context(), cl.MemReadWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rawLoop(b, a)
+}
+
+// BenchmarkImmediate adds the probe write to each allocation.
+func BenchmarkImmediate(b *testing.B) {
+	q := cltest.Queue(b)
+	a, err := allocator.NewImmediate(q, cl.MemReadWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rawLoop(b, a)
+	if err := q.Finish(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// twin has the layout of a PooledBuffer, so that the floors below allocate
+// the same object the pool does.
+type twin struct {
+	pool   *mempool.Pool
+	buf    *cl.Buffer
+	bin    uint32
+	size   int64
+	closed atomic.Bool
+}
+
+var sink *twin
+
+// BenchmarkFloorSetFinalizer is the Go runtime's price for noticing a
+// dropped object with a finalizer: allocate, set, clear. The pool's hit
+// with drop safety cannot cost less.
+func BenchmarkFloorSetFinalizer(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		t := &twin{size: benchSize}
+		runtime.SetFinalizer(t, func(*twin) {})
+		runtime.SetFinalizer(t, nil)
+		sink = t
+	}
+}
+
+// BenchmarkFloorAddCleanup is the same with runtime.AddCleanup and Stop.
+func BenchmarkFloorAddCleanup(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		t := &twin{size: benchSize}
+		c := runtime.AddCleanup(t, func(int64) {}, t.size)
+		c.Stop()
+		sink = t
+	}
+}

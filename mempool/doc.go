@@ -1,0 +1,54 @@
+// Package mempool is a memory pool for OpenCL device buffers, with the
+// semantics of PyOpenCL's pyopencl.tools.MemoryPool, safe for concurrent use.
+//
+// Allocating device memory is slow: a driver call, often a synchronization.
+// Programs built from array operations allocate a fresh temporary for every
+// intermediate result, mostly of sizes they used a moment ago. A Pool keeps
+// the blocks its users give back, binned by size, and hands them out again.
+//
+// # Bins
+//
+// A request of size bytes goes to bin BinNumber(size, lb): the position of
+// its leading one bit and the lb bits after it (lb is PyOpenCL's
+// leading_bits_in_bin_id, 4 by default, set with WithLeadingBits). A miss
+// allocates AllocSize(bin) bytes, the largest size of the bin, so every
+// block of a bin serves every request of it; a block wastes at most 1/2^lb
+// of its size. Both functions match PyOpenCL exactly.
+//
+// # Lifecycle
+//
+//	pool, _ := mempool.New(alloc)     // alloc: an allocator.Immediate, usually
+//	b, _ := pool.Allocate(n)          // a held block of the bin (LIFO), or a new one
+//	use(b.Buffer())
+//	b.Close()                         // back to the pool, held for reuse
+//
+// A PooledBuffer dropped without Close goes back after the garbage collector
+// finds it unreachable (turn that off with WithDropSafety(false) to save
+// its cost). FreeHeld frees what the pool holds; StopHolding frees it and
+// makes every later Close free its block at once. Close refuses further
+// Allocates.
+//
+// # Out of memory
+//
+// When the allocator reports an out-of-memory (cl.ErrMemObjectAllocationFailure,
+// cl.ErrOutOfResources or cl.ErrOutOfHostMemory), the pool runs the garbage
+// collector, so that dropped buffers come back, then frees held blocks one
+// at a time, largest bin first, retrying after each. If nothing is left to
+// free, Allocate returns an *OutOfMemoryError that wraps the allocator's
+// error and matches ErrOutOfMemory. WithLimit caps the pool's managed bytes
+// the same way, before the device is asked. Other allocator errors return
+// at once.
+//
+// # Counters
+//
+// Stats returns a consistent snapshot: active and held blocks and bytes,
+// managed bytes, hits and misses, device allocations and frees, reclaimed
+// buffers and out-of-memory retries. HeldBlocks, ActiveBlocks, ManagedBytes,
+// ActiveBytes and HeldBytes read single counters.
+//
+// # Misuse
+//
+// A second Close returns ErrClosed and changes nothing. After Close, Buffer
+// returns nil: the block may belong to someone else already. A PooledBuffer
+// must stay reachable while commands that use its buffer run.
+package mempool

@@ -1,0 +1,98 @@
+package mempool_test
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/clpool/clpool/allocator"
+	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/mempool"
+)
+
+func Example() {
+	q, err := cl.DefaultQueue()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer q.Release()
+	alloc, err := allocator.NewImmediate(q, cl.MemReadWrite)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	pool, err := mempool.New(alloc)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+
+	for range 3 {
+		b, err := pool.Allocate(4000)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		// ... use b.Buffer() in kernels ...
+		b.Close()
+	}
+	s := pool.Stats()
+	fmt.Printf("hits %d, misses %d, held %d blocks of %d bytes\n", s.Hits, s.Misses, s.HeldBlocks, s.HeldBytes)
+	// Output: hits 2, misses 1, held 1 blocks of 4095 bytes
+}
+
+// A limit caps the pool's device memory; a refusal says where it went.
+func ExampleWithLimit() {
+	q, err := cl.DefaultQueue()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer q.Release()
+	alloc, _ := allocator.NewImmediate(q, cl.MemReadWrite)
+	pool, _ := mempool.New(alloc, mempool.WithLimit(1<<20))
+	defer pool.Close()
+
+	a, _ := pool.Allocate(600_000)
+	defer a.Close()
+	_, err = pool.Allocate(600_000)
+	fmt.Println(errors.Is(err, mempool.ErrOutOfMemory))
+	fmt.Println(err)
+	// Output:
+	// true
+	// mempool: out of memory: requested 600000 bytes (allocating 622591); 1 blocks active holding 600000 bytes requested, 0 blocks held (0 bytes), 622591 bytes managed, limit 1048576: over the pool's limit
+}
+
+func ExamplePooledBuffer_Close() {
+	q, err := cl.DefaultQueue()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer q.Release()
+	alloc, _ := allocator.NewDeferred(q.Context(), cl.MemReadWrite)
+	pool, _ := mempool.New(alloc)
+	defer pool.Close()
+
+	b, _ := pool.Allocate(100)
+	fmt.Println(b.Close())
+	fmt.Println(b.Close())
+	fmt.Println(b.Buffer() == nil)
+	// Output:
+	// <nil>
+	// mempool: buffer already closed
+	// true
+}
+
+func ExampleBinNumber() {
+	for _, size := range []int64{0, 1000, 1024, 1100} {
+		bin := mempool.BinNumber(size, 4)
+		fmt.Println(size, bin, mempool.AllocSize(bin, 4))
+	}
+	// Output:
+	// 0 0 1
+	// 1000 159 1023
+	// 1024 160 1087
+	// 1100 161 1151
+}

@@ -1,0 +1,359 @@
+package mempool
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/clpool/clpool/allocator"
+	"github.com/clpool/clpool/cl"
+)
+
+// This file holds the pool's whole policy: binning a request, reusing held
+// blocks (LIFO per bin), allocating on a miss within the limit, reacting to
+// out-of-memory, and what giving a block back does.
+
+// Pool is a memory pool of device buffers over an Allocator. It is safe for
+// concurrent use.
+type Pool struct {
+	alloc       allocator.Allocator
+	leadingBits int
+	limit       int64 // 0: no limit
+	dropSafety  bool
+
+	mu      sync.Mutex
+	bins    map[uint32]*bin // held blocks; a bin stays in the map once made
+	holding bool            // false after StopHolding: given-back blocks are freed
+	closed  bool
+	s       Stats // the counters; guarded by mu
+}
+
+// bin is the stack of held buffers of one bin; the last is the most
+// recently given back. Every buffer was allocated with the bin's AllocSize;
+// the pool counts bytes by that, never asking a buffer its size.
+type bin struct {
+	bufs []*cl.Buffer
+}
+
+// Option configures a Pool.
+type Option func(*Pool)
+
+// WithLeadingBits sets leading_bits_in_bin_id, the bits of a size after its
+// leading one that name its bin: more bits waste less memory per block and
+// make more bins. The default is 4 (a block wastes at most 1/16 of its size).
+// New accepts 0 to MaxLeadingBits.
+func WithLeadingBits(n int) Option { return func(p *Pool) { p.leadingBits = n } }
+
+// WithLimit caps the pool's managed bytes (active plus held, as CuPy counts
+// them). A request that would pass the cap makes the pool free held blocks
+// first; if that is not enough, it fails with ErrOutOfMemory.
+func WithLimit(bytes int64) Option { return func(p *Pool) { p.limit = bytes } }
+
+// WithDropSafety sets whether a PooledBuffer dropped without Close goes back
+// to the pool after garbage collection (the default, as in PyOpenCL). Each
+// allocation then carries a finalizer, which costs more than the rest of a
+// pool hit together. A program that Closes every buffer can turn it off;
+// a buffer it drops is then never given back: its device memory leaks until
+// the program exits, as an unreleased cl.Buffer's would.
+func WithDropSafety(on bool) Option { return func(p *Pool) { p.dropSafety = on } }
+
+// New returns a pool over a. The pool owns the buffers it gets from a and
+// gives them back with a.Free.
+func New(a allocator.Allocator, opts ...Option) (*Pool, error) {
+	if a == nil {
+		return nil, errors.New("mempool: New: nil allocator")
+	}
+	p := &Pool{alloc: a, leadingBits: 4, dropSafety: true, bins: make(map[uint32]*bin), holding: true}
+	for _, o := range opts {
+		o(p)
+	}
+	if p.leadingBits < 0 || p.leadingBits > MaxLeadingBits {
+		return nil, fmt.Errorf("mempool: New: leading bits %d outside 0..%d", p.leadingBits, MaxLeadingBits)
+	}
+	if p.limit < 0 {
+		return nil, fmt.Errorf("mempool: New: negative limit %d", p.limit)
+	}
+	p.s.LeadingBits, p.s.Limit, p.s.Holding = p.leadingBits, p.limit, true
+	return p, nil
+}
+
+// Allocate returns a buffer of at least size bytes: the most recently given
+// back block of size's bin if there is one, else a new block of the bin's
+// AllocSize from the allocator. Allocate(0) returns a real 1-byte block. A
+// negative size is an error, and changes nothing.
+func (p *Pool) Allocate(size int64) (*PooledBuffer, error) {
+	if size < 0 {
+		return nil, fmt.Errorf("mempool: Allocate(%d): negative size: %w", size, cl.ErrInvalidBufferSize)
+	}
+	bn := BinNumber(size, p.leadingBits)
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrPoolClosed
+	}
+	if b := p.bins[bn]; b != nil && len(b.bufs) > 0 {
+		buf := b.bufs[len(b.bufs)-1]
+		b.bufs[len(b.bufs)-1] = nil
+		b.bufs = b.bufs[:len(b.bufs)-1]
+		p.s.Hits++
+		p.s.HeldBlocks--
+		p.s.HeldBytes -= AllocSize(bn, p.leadingBits)
+		p.s.ActiveBlocks++
+		p.s.ActiveBytes += size
+		p.mu.Unlock()
+		return p.wrap(buf, bn, size), nil
+	}
+	p.s.Misses++
+	p.mu.Unlock()
+
+	buf, err := p.allocateBlock(bn, size)
+	if err != nil {
+		return nil, err
+	}
+	return p.wrap(buf, bn, size), nil
+}
+
+// allocateBlock gets a new block for a miss: it reserves the bin's bytes
+// under the limit, then asks the allocator, freeing held blocks (largest
+// first) after each out-of-memory until the allocation succeeds or nothing
+// is left to free.
+func (p *Pool) allocateBlock(bn uint32, size int64) (*cl.Buffer, error) {
+	n := AllocSize(bn, p.leadingBits)
+	if err := p.reserve(size, n); err != nil {
+		return nil, err
+	}
+	collected := false
+	for {
+		buf, err := p.alloc.Allocate(n)
+		if err == nil {
+			p.mu.Lock()
+			p.s.DeviceAllocs++
+			p.s.ActiveBlocks++
+			p.s.ActiveBytes += size
+			p.mu.Unlock()
+			return buf, nil
+		}
+		if !isOutOfMemory(err) {
+			p.unreserve(n)
+			return nil, fmt.Errorf("mempool: allocating %d bytes for a %d-byte request: %w", n, size, err)
+		}
+		p.mu.Lock()
+		p.s.OOMRetries++
+		p.mu.Unlock()
+		if !collected {
+			// Buffers dropped without Close come back as held blocks.
+			collected = true
+			p.collectDropped()
+		}
+		if !p.freeLargestHeld() {
+			p.unreserve(n)
+			return nil, p.outOfMemory(size, n, err)
+		}
+	}
+}
+
+// reserve counts n bytes as managed before they are allocated, so that
+// concurrent misses cannot pass the limit together. Over the limit, it frees
+// held blocks, largest first, then collects dropped buffers once, before it
+// gives up.
+func (p *Pool) reserve(size, n int64) error {
+	collected := false
+	for {
+		p.mu.Lock()
+		if p.limit == 0 || p.s.ManagedBytes+n <= p.limit {
+			p.s.ManagedBytes += n
+			p.mu.Unlock()
+			return nil
+		}
+		buf := p.popLargestHeldLocked()
+		p.mu.Unlock()
+		switch {
+		case buf != nil:
+			p.freeDevice(buf)
+		case !collected:
+			collected = true
+			p.collectDropped()
+		default:
+			return p.outOfMemory(size, n, nil)
+		}
+	}
+}
+
+// unreserve takes back a reservation whose allocation failed.
+func (p *Pool) unreserve(n int64) {
+	p.mu.Lock()
+	p.s.ManagedBytes -= n
+	p.mu.Unlock()
+}
+
+// isOutOfMemory reports whether an allocator's error means the device is
+// out of memory, which freeing held blocks may cure.
+func isOutOfMemory(err error) bool {
+	return errors.Is(err, cl.ErrMemObjectAllocationFailure) ||
+		errors.Is(err, cl.ErrOutOfResources) ||
+		errors.Is(err, cl.ErrOutOfHostMemory)
+}
+
+func (p *Pool) outOfMemory(size, n int64, cause error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.s.OOMs++
+	return &OutOfMemoryError{
+		Requested: size, AllocSize: n,
+		ActiveBlocks: p.s.ActiveBlocks, ActiveBytes: p.s.ActiveBytes,
+		HeldBlocks: p.s.HeldBlocks, HeldBytes: p.s.HeldBytes,
+		ManagedBytes: p.s.ManagedBytes, Limit: p.limit, Err: cause,
+	}
+}
+
+// put takes back a block a PooledBuffer held: it is held for reuse, or,
+// after StopHolding, freed at once.
+func (p *Pool) put(buf *cl.Buffer, bn uint32, size int64) error {
+	p.mu.Lock()
+	p.s.ActiveBlocks--
+	p.s.ActiveBytes -= size
+	if p.holding {
+		b := p.bins[bn]
+		if b == nil {
+			b = &bin{}
+			p.bins[bn] = b
+		}
+		b.bufs = append(b.bufs, buf)
+		p.s.HeldBlocks++
+		p.s.HeldBytes += AllocSize(bn, p.leadingBits)
+		p.mu.Unlock()
+		return nil
+	}
+	p.s.ManagedBytes -= AllocSize(bn, p.leadingBits)
+	p.mu.Unlock()
+	return p.freeDevice(buf)
+}
+
+// popLargestHeldLocked takes the most recently held block of the largest
+// non-empty bin out of the pool's accounts, for the caller to free. It
+// returns nil if nothing is held. p.mu must be held.
+func (p *Pool) popLargestHeldLocked() *cl.Buffer {
+	if p.s.HeldBlocks == 0 {
+		return nil
+	}
+	var largest *bin
+	var largestBin uint32
+	for bn, b := range p.bins {
+		if len(b.bufs) > 0 && (largest == nil || bn > largestBin) {
+			largest, largestBin = b, bn
+		}
+	}
+	buf := largest.bufs[len(largest.bufs)-1]
+	largest.bufs[len(largest.bufs)-1] = nil
+	largest.bufs = largest.bufs[:len(largest.bufs)-1]
+	n := AllocSize(largestBin, p.leadingBits)
+	p.s.HeldBlocks--
+	p.s.HeldBytes -= n
+	p.s.ManagedBytes -= n
+	return buf
+}
+
+// freeLargestHeld frees one held block of the largest bin, and reports
+// whether there was one.
+func (p *Pool) freeLargestHeld() bool {
+	p.mu.Lock()
+	buf := p.popLargestHeldLocked()
+	p.mu.Unlock()
+	if buf == nil {
+		return false
+	}
+	p.freeDevice(buf)
+	return true
+}
+
+// freeDevice gives a buffer, already out of the pool's accounts, back to
+// the allocator.
+func (p *Pool) freeDevice(buf *cl.Buffer) error {
+	err := p.alloc.Free(buf)
+	p.mu.Lock()
+	p.s.DeviceFrees++
+	if err != nil {
+		p.s.FreeErrors++
+	}
+	p.mu.Unlock()
+	return err
+}
+
+// FreeHeld frees every held block.
+func (p *Pool) FreeHeld() {
+	p.mu.Lock()
+	var bufs []*cl.Buffer
+	for _, b := range p.bins {
+		bufs = append(bufs, b.bufs...)
+		clear(b.bufs)
+		b.bufs = b.bufs[:0]
+	}
+	p.s.ManagedBytes -= p.s.HeldBytes
+	p.s.HeldBlocks, p.s.HeldBytes = 0, 0
+	p.mu.Unlock()
+	for _, buf := range bufs {
+		p.freeDevice(buf)
+	}
+}
+
+// StopHolding frees every held block, and from now on frees blocks as they
+// are given back instead of holding them. It cannot be undone; Allocate
+// still works, allocating every request anew.
+func (p *Pool) StopHolding() {
+	p.mu.Lock()
+	p.holding = false
+	p.s.Holding = false
+	p.mu.Unlock()
+	p.FreeHeld()
+}
+
+// Close stops holding, frees every held block and refuses further
+// Allocates with ErrPoolClosed. Buffers still active stay valid; each is
+// freed when closed (or collected). Close is idempotent.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.StopHolding()
+	return nil
+}
+
+// Stats returns a snapshot of the pool's counters.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.s
+}
+
+// HeldBlocks returns the number of blocks held for reuse.
+func (p *Pool) HeldBlocks() int { return p.Stats().HeldBlocks }
+
+// ActiveBlocks returns the number of blocks handed out and not yet given back.
+func (p *Pool) ActiveBlocks() int { return p.Stats().ActiveBlocks }
+
+// ManagedBytes returns the alloc sizes of all blocks the pool owns.
+func (p *Pool) ManagedBytes() int64 { return p.Stats().ManagedBytes }
+
+// ActiveBytes returns the sizes requested for the active blocks.
+func (p *Pool) ActiveBytes() int64 { return p.Stats().ActiveBytes }
+
+// HeldBytes returns the alloc sizes of the held blocks.
+func (p *Pool) HeldBytes() int64 { return p.Stats().HeldBytes }
+
+// LargestHeldBin returns the largest bin that holds a block, and whether
+// there is one.
+func (p *Pool) LargestHeldBin() (uint32, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var bins []uint32
+	for bn, b := range p.bins {
+		if len(b.bufs) > 0 {
+			bins = append(bins, bn)
+		}
+	}
+	if len(bins) == 0 {
+		return 0, false
+	}
+	return slices.Max(bins), true
+}
