@@ -13,7 +13,7 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export OCL_ICD_VENDORS := $(ICD_DIR)
 export CLPOOL_DEVICE ?= pocl
 
-.PHONY: all deps demo test fmt vet test-pocl test-oclgrind bench clean
+.PHONY: all deps demo test fmt vet test-pocl test-oclgrind bench bench-pyopencl replay fuzz clean
 
 all: test
 
@@ -51,6 +51,21 @@ test: deps fmt vet test-pocl test-oclgrind
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# replay runs the cg trace through every allocator configuration.
+replay: deps
+	$(GO) build -o $(BUILD)/clpool ./cmd/clpool
+	$(BUILD)/clpool replay testdata/cg.tsv
+
+# bench-pyopencl replays the same trace through PyOpenCL and clpool in one run.
+bench-pyopencl: deps
+	@dpkg -s python3-pyopencl >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq python3-pyopencl >/dev/null; }
+	$(GO) build -o $(BUILD)/clpool ./cmd/clpool
+	/usr/bin/python3 -W ignore scripts/bench_pyopencl.py $(BUILD)/clpool testdata/cg.tsv 5
+
+fuzz: deps
+	$(GO) test -run '^$$' -fuzz FuzzPool -fuzztime 60s ./mempool/
 
 clean:
 	rm -rf $(BUILD)

@@ -2,7 +2,6 @@ package mempool_test
 
 import (
 	"runtime"
-	"sync/atomic"
 	"testing"
 
 	"github.com/clpool/clpool/allocator"
@@ -109,9 +108,9 @@ func BenchmarkImmediate(b *testing.B) {
 type twin struct {
 	pool   *mempool.Pool
 	buf    *cl.Buffer
-	bin    uint32
 	size   int64
-	closed atomic.Bool
+	bin    uint32
+	closed bool
 }
 
 var sink *twin
@@ -138,4 +137,35 @@ func BenchmarkFloorAddCleanup(b *testing.B) {
 		c.Stop()
 		sink = t
 	}
+}
+
+// BenchmarkFloorSetFinalizerParallel is the floor from GOMAXPROCS goroutines.
+func BenchmarkFloorSetFinalizerParallel(b *testing.B) {
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		var last *twin
+		for pb.Next() {
+			t := &twin{size: benchSize}
+			runtime.SetFinalizer(t, func(*twin) {})
+			runtime.SetFinalizer(t, nil)
+			last = t
+		}
+		_ = last
+	})
+}
+
+// BenchmarkPoolParallelNoDropSafety is the parallel hot path without finalizers.
+func BenchmarkPoolParallelNoDropSafety(b *testing.B) {
+	p := benchPool(b, mempool.WithDropSafety(false))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			x, err := p.Allocate(benchSize)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			x.Close()
+		}
+	})
 }

@@ -1,6 +1,10 @@
 package mempool
 
-import "math/bits"
+import (
+	"math/bits"
+
+	"github.com/clpool/clpool/cl"
+)
 
 // MaxLeadingBits is the largest leading_bits_in_bin_id New accepts. With
 // 20 bits, sizes are binned to within one part in a million; more would only
@@ -40,4 +44,98 @@ func AllocSize(bin uint32, leadingBits int) int64 {
 	}
 	ones := uint64(1)<<shift - 1
 	return int64(head<<shift | ones)
+}
+
+// arrayLeadingBits is the most leading bits for which binTable indexes bins
+// by arrays (1<<lb pointers per exponent in use: 8 KiB at 10 bits); above
+// it, bins live in a map.
+const arrayLeadingBits = 10
+
+// bin is the stack of held buffers of one bin; the last is the most
+// recently given back. Every buffer was allocated with the bin's AllocSize;
+// the pool counts bytes by that, never asking a buffer its size.
+type bin struct {
+	num       uint32
+	allocSize int64
+	bufs      []*cl.Buffer
+}
+
+// binTable finds the bin of a bin number: by two array lookups (exponent,
+// then mantissa) for the usual leading bits, so the hot path hashes nothing.
+type binTable struct {
+	lb    int
+	exps  [64][]*bin // exps[exponent][mantissa], made when first used
+	byNum map[uint32]*bin
+}
+
+func newBinTable(lb int) binTable {
+	t := binTable{lb: lb}
+	if lb > arrayLeadingBits {
+		t.byNum = make(map[uint32]*bin)
+	}
+	return t
+}
+
+// get returns the bin, or nil if no block of it was ever held.
+func (t *binTable) get(num uint32) *bin {
+	if t.byNum != nil {
+		return t.byNum[num]
+	}
+	row := t.exps[num>>t.lb]
+	if row == nil {
+		return nil
+	}
+	return row[num&(1<<t.lb-1)]
+}
+
+// make returns the bin, making it if needed.
+func (t *binTable) make(num uint32) *bin {
+	if b := t.get(num); b != nil {
+		return b
+	}
+	b := &bin{num: num, allocSize: AllocSize(num, t.lb)}
+	if t.byNum != nil {
+		t.byNum[num] = b
+		return b
+	}
+	exp := num >> t.lb
+	if t.exps[exp] == nil {
+		t.exps[exp] = make([]*bin, 1<<t.lb)
+	}
+	t.exps[exp][num&(1<<t.lb-1)] = b
+	return b
+}
+
+// each calls f for every bin made, in no particular order.
+func (t *binTable) each(f func(*bin)) {
+	for _, b := range t.byNum {
+		f(b)
+	}
+	for _, row := range t.exps {
+		for _, b := range row {
+			if b != nil {
+				f(b)
+			}
+		}
+	}
+}
+
+// largestHeld returns the largest bin that holds a block, or nil.
+func (t *binTable) largestHeld() *bin {
+	var largest *bin
+	t.each(func(b *bin) {
+		if len(b.bufs) > 0 && (largest == nil || b.num > largest.num) {
+			largest = b
+		}
+	})
+	return largest
+}
+
+// pop takes the most recently held buffer of a non-empty bin.
+func (b *bin) pop() *cl.Buffer {
+	last := len(b.bufs) - 1
+	buf := b.bufs[last]
+	b.bufs[last] = nil
+	b.bufs = b.bufs[:last]
+	return buf
 }

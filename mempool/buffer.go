@@ -2,7 +2,6 @@ package mempool
 
 import (
 	"runtime"
-	"sync/atomic"
 	"time"
 
 	"github.com/clpool/clpool/cl"
@@ -19,10 +18,10 @@ import (
 // past Close. A second Close returns ErrClosed and changes nothing.
 type PooledBuffer struct {
 	pool   *Pool
-	buf    *cl.Buffer
-	bin    uint32
+	buf    *cl.Buffer // nil once closed
 	size   int64
-	closed atomic.Bool
+	bin    uint32
+	closed bool // guarded by pool.mu
 }
 
 // wrap hands out buf for a request of size bytes.
@@ -35,42 +34,35 @@ func (p *Pool) wrap(buf *cl.Buffer, bn uint32, size int64) *PooledBuffer {
 }
 
 // Buffer returns the device buffer, whose size is the bin's AllocSize (at
-// least Size), or nil after Close.
-func (b *PooledBuffer) Buffer() *cl.Buffer {
-	if b.closed.Load() {
-		return nil
-	}
-	return b.buf
-}
+// least Size), or nil after Close. Like the rest of a PooledBuffer, it is
+// for one goroutine at a time: calling it while another goroutine Closes
+// the buffer is a misuse that the race detector reports.
+func (b *PooledBuffer) Buffer() *cl.Buffer { return b.buf }
 
 // Size returns the size that was requested.
 func (b *PooledBuffer) Size() int64 { return b.size }
 
 // Closed reports whether Close has been called.
-func (b *PooledBuffer) Closed() bool { return b.closed.Load() }
+func (b *PooledBuffer) Closed() bool { return b.closed }
 
 // Close gives the block back to the pool. A second Close returns ErrClosed.
 // After StopHolding, Close frees the block and returns the allocator's
 // error, if any.
 func (b *PooledBuffer) Close() error {
-	if !b.closed.CompareAndSwap(false, true) {
-		return ErrClosed
-	}
-	if b.pool.dropSafety {
+	err := b.pool.put(b)
+	if err != ErrClosed && b.pool.dropSafety {
 		runtime.SetFinalizer(b, nil)
 	}
-	return b.pool.put(b.buf, b.bin, b.size)
+	return err
 }
 
-// reclaim is the finalizer of a dropped PooledBuffer.
+// reclaim is the finalizer of a dropped PooledBuffer. The buffer is
+// unreachable, so nothing else can close it meanwhile.
 func (b *PooledBuffer) reclaim() {
-	if !b.closed.CompareAndSwap(false, true) {
-		return
-	}
 	b.pool.mu.Lock()
 	b.pool.s.Reclaimed++
 	b.pool.mu.Unlock()
-	_ = b.pool.put(b.buf, b.bin, b.size)
+	_ = b.pool.put(b)
 }
 
 // collectDropped runs the garbage collector and waits (a bounded while) for

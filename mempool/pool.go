@@ -3,7 +3,6 @@ package mempool
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 
 	"github.com/clpool/clpool/allocator"
@@ -23,17 +22,10 @@ type Pool struct {
 	dropSafety  bool
 
 	mu      sync.Mutex
-	bins    map[uint32]*bin // held blocks; a bin stays in the map once made
-	holding bool            // false after StopHolding: given-back blocks are freed
+	bins    binTable // held blocks, by bin
+	holding bool     // false after StopHolding: given-back blocks are freed
 	closed  bool
 	s       Stats // the counters; guarded by mu
-}
-
-// bin is the stack of held buffers of one bin; the last is the most
-// recently given back. Every buffer was allocated with the bin's AllocSize;
-// the pool counts bytes by that, never asking a buffer its size.
-type bin struct {
-	bufs []*cl.Buffer
 }
 
 // Option configures a Pool.
@@ -64,13 +56,14 @@ func New(a allocator.Allocator, opts ...Option) (*Pool, error) {
 	if a == nil {
 		return nil, errors.New("mempool: New: nil allocator")
 	}
-	p := &Pool{alloc: a, leadingBits: 4, dropSafety: true, bins: make(map[uint32]*bin), holding: true}
+	p := &Pool{alloc: a, leadingBits: 4, dropSafety: true, holding: true}
 	for _, o := range opts {
 		o(p)
 	}
 	if p.leadingBits < 0 || p.leadingBits > MaxLeadingBits {
 		return nil, fmt.Errorf("mempool: New: leading bits %d outside 0..%d", p.leadingBits, MaxLeadingBits)
 	}
+	p.bins = newBinTable(p.leadingBits)
 	if p.limit < 0 {
 		return nil, fmt.Errorf("mempool: New: negative limit %d", p.limit)
 	}
@@ -92,15 +85,14 @@ func (p *Pool) Allocate(size int64) (*PooledBuffer, error) {
 		p.mu.Unlock()
 		return nil, ErrPoolClosed
 	}
-	if b := p.bins[bn]; b != nil && len(b.bufs) > 0 {
-		buf := b.bufs[len(b.bufs)-1]
-		b.bufs[len(b.bufs)-1] = nil
-		b.bufs = b.bufs[:len(b.bufs)-1]
+	if b := p.bins.get(bn); b != nil && len(b.bufs) > 0 {
+		buf := b.pop()
 		p.s.Hits++
 		p.s.HeldBlocks--
-		p.s.HeldBytes -= AllocSize(bn, p.leadingBits)
+		p.s.HeldBytes -= b.allocSize
 		p.s.ActiveBlocks++
 		p.s.ActiveBytes += size
+		p.s.PeakActiveBytes = max(p.s.PeakActiveBytes, p.s.ActiveBytes)
 		p.mu.Unlock()
 		return p.wrap(buf, bn, size), nil
 	}
@@ -131,6 +123,7 @@ func (p *Pool) allocateBlock(bn uint32, size int64) (*cl.Buffer, error) {
 			p.s.DeviceAllocs++
 			p.s.ActiveBlocks++
 			p.s.ActiveBytes += size
+			p.s.PeakActiveBytes = max(p.s.PeakActiveBytes, p.s.ActiveBytes)
 			p.mu.Unlock()
 			return buf, nil
 		}
@@ -163,6 +156,7 @@ func (p *Pool) reserve(size, n int64) error {
 		p.mu.Lock()
 		if p.limit == 0 || p.s.ManagedBytes+n <= p.limit {
 			p.s.ManagedBytes += n
+			p.s.PeakManagedBytes = max(p.s.PeakManagedBytes, p.s.ManagedBytes)
 			p.mu.Unlock()
 			return nil
 		}
@@ -207,25 +201,29 @@ func (p *Pool) outOfMemory(size, n int64, cause error) error {
 	}
 }
 
-// put takes back a block a PooledBuffer held: it is held for reuse, or,
-// after StopHolding, freed at once.
-func (p *Pool) put(buf *cl.Buffer, bn uint32, size int64) error {
+// put takes back the block of a PooledBuffer, marking it closed: the block
+// is held for reuse, or, after StopHolding, freed at once. A PooledBuffer
+// already closed returns ErrClosed and changes nothing. The closed mark is
+// guarded by p.mu, which put takes anyway.
+func (p *Pool) put(pb *PooledBuffer) error {
 	p.mu.Lock()
+	if pb.closed {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	buf := pb.buf
+	pb.closed, pb.buf = true, nil
 	p.s.ActiveBlocks--
-	p.s.ActiveBytes -= size
+	p.s.ActiveBytes -= pb.size
 	if p.holding {
-		b := p.bins[bn]
-		if b == nil {
-			b = &bin{}
-			p.bins[bn] = b
-		}
+		b := p.bins.make(pb.bin)
 		b.bufs = append(b.bufs, buf)
 		p.s.HeldBlocks++
-		p.s.HeldBytes += AllocSize(bn, p.leadingBits)
+		p.s.HeldBytes += b.allocSize
 		p.mu.Unlock()
 		return nil
 	}
-	p.s.ManagedBytes -= AllocSize(bn, p.leadingBits)
+	p.s.ManagedBytes -= AllocSize(pb.bin, p.leadingBits)
 	p.mu.Unlock()
 	return p.freeDevice(buf)
 }
@@ -237,21 +235,11 @@ func (p *Pool) popLargestHeldLocked() *cl.Buffer {
 	if p.s.HeldBlocks == 0 {
 		return nil
 	}
-	var largest *bin
-	var largestBin uint32
-	for bn, b := range p.bins {
-		if len(b.bufs) > 0 && (largest == nil || bn > largestBin) {
-			largest, largestBin = b, bn
-		}
-	}
-	buf := largest.bufs[len(largest.bufs)-1]
-	largest.bufs[len(largest.bufs)-1] = nil
-	largest.bufs = largest.bufs[:len(largest.bufs)-1]
-	n := AllocSize(largestBin, p.leadingBits)
+	largest := p.bins.largestHeld()
 	p.s.HeldBlocks--
-	p.s.HeldBytes -= n
-	p.s.ManagedBytes -= n
-	return buf
+	p.s.HeldBytes -= largest.allocSize
+	p.s.ManagedBytes -= largest.allocSize
+	return largest.pop()
 }
 
 // freeLargestHeld frees one held block of the largest bin, and reports
@@ -284,11 +272,11 @@ func (p *Pool) freeDevice(buf *cl.Buffer) error {
 func (p *Pool) FreeHeld() {
 	p.mu.Lock()
 	var bufs []*cl.Buffer
-	for _, b := range p.bins {
+	p.bins.each(func(b *bin) {
 		bufs = append(bufs, b.bufs...)
 		clear(b.bufs)
 		b.bufs = b.bufs[:0]
-	}
+	})
 	p.s.ManagedBytes -= p.s.HeldBytes
 	p.s.HeldBlocks, p.s.HeldBytes = 0, 0
 	p.mu.Unlock()
@@ -346,14 +334,8 @@ func (p *Pool) HeldBytes() int64 { return p.Stats().HeldBytes }
 func (p *Pool) LargestHeldBin() (uint32, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var bins []uint32
-	for bn, b := range p.bins {
-		if len(b.bufs) > 0 {
-			bins = append(bins, bn)
-		}
+	if b := p.bins.largestHeld(); b != nil {
+		return b.num, true
 	}
-	if len(bins) == 0 {
-		return 0, false
-	}
-	return slices.Max(bins), true
+	return 0, false
 }

@@ -11,6 +11,10 @@ type Stats struct {
 	HeldBytes    int64 // the alloc sizes of the held blocks
 	ManagedBytes int64 // the alloc sizes of all blocks the pool owns, active or held, plus allocations in flight
 
+	// Peaks since New.
+	PeakActiveBytes  int64 // the most ActiveBytes has been
+	PeakManagedBytes int64 // the most ManagedBytes has been
+
 	// Configuration.
 	LeadingBits int
 	Limit       int64 // 0: no limit
