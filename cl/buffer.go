@@ -221,6 +221,13 @@ func (b *Buffer) Context() *Context { return b.ctx }
 // nil and 0 for a buffer that is not a sub-buffer.
 func (b *Buffer) Parent() (*Buffer, int64) { return b.parent, b.origin }
 
+// Buffer returns b itself. With Close, it lets a *Buffer stand wherever a
+// pooled buffer does (package array takes either).
+func (b *Buffer) Buffer() *Buffer { return b }
+
+// Close is Release, under the name io.Closer and pooled buffers use.
+func (b *Buffer) Close() error { return b.Release() }
+
 // Released reports whether Release has been called.
 func (b *Buffer) Released() bool { return b.released.Load() }
 

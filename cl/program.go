@@ -208,10 +208,24 @@ func (k *Kernel) Release() error {
 	return err
 }
 
+// EnqueueKernel runs k over the global work size like EnqueueNDRangeKernel,
+// without an event: for in-order queues, where the next command waits anyway.
+func (q *CommandQueue) EnqueueKernel(k *Kernel, global, local []int) error {
+	ev, err := q.enqueueNDRange(k, nil, global, local, nil, false)
+	if ev != nil {
+		_ = ev.Release()
+	}
+	return err
+}
+
 // EnqueueNDRangeKernel runs k over the global work size (1 to 3
 // dimensions). local may be nil to let the runtime choose; globalOffset may
 // be nil.
 func (q *CommandQueue) EnqueueNDRangeKernel(k *Kernel, globalOffset, global, local []int, wait ...*Event) (*Event, error) {
+	return q.enqueueNDRange(k, globalOffset, global, local, wait, true)
+}
+
+func (q *CommandQueue) enqueueNDRange(k *Kernel, globalOffset, global, local []int, wait []*Event, wantEvent bool) (*Event, error) {
 	const call = "clEnqueueNDRangeKernel"
 	qid, err := q.handle(call)
 	if err != nil {
@@ -249,12 +263,19 @@ func (q *CommandQueue) EnqueueNDRangeKernel(k *Kernel, globalOffset, global, loc
 		defer serialMu.Unlock()
 	}
 	var ev C.cl_event
-	code := C.clEnqueueNDRangeKernel(qid, k.id, C.cl_uint(dims), op, &g[0], lp, n, list, &ev)
+	evp := &ev
+	if !wantEvent {
+		evp = nil
+	}
+	code := C.clEnqueueNDRangeKernel(qid, k.id, C.cl_uint(dims), op, &g[0], lp, n, list, evp)
 	runtime.KeepAlive(q)
 	runtime.KeepAlive(k)
 	runtime.KeepAlive(wait)
 	if code != 0 {
 		return nil, &CallError{Call: call, Status: Status(code), Detail: fmt.Sprintf("kernel %s, global %v, local %v", k.name, global, local)}
+	}
+	if !wantEvent {
+		return nil, nil
 	}
 	return q.newEvent(ev, nil), nil
 }

@@ -1,0 +1,220 @@
+package array
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/clpool/clpool/cl"
+)
+
+// Elem is the element types an Array holds.
+type Elem interface {
+	float32 | float64 | int32 | int64 | uint32
+}
+
+// Block is the device memory an array lives in. Both *mempool.PooledBuffer
+// and *cl.Buffer are Blocks, so pool.Allocate and a raw allocator's
+// Allocate both pass as an array's allocator.
+type Block interface {
+	Buffer() *cl.Buffer
+	Close() error
+}
+
+// Alloc is an allocator as arrays keep it.
+type Alloc func(size int64) (Block, error)
+
+// Sentinel errors of misused arrays.
+var (
+	ErrClosed          = errors.New("array: array is closed")
+	ErrLengthMismatch  = errors.New("array: lengths differ")
+	ErrContextMismatch = errors.New("array: arrays of different contexts")
+	ErrEmpty           = errors.New("array: empty array")
+)
+
+// Array is a 1-D array of n elements of T in device memory, on a command
+// queue. Operations enqueue kernels on that queue, and their results are new
+// arrays on the same queue, allocated by the same allocator, temporaries
+// included. An Array is not safe for concurrent use (as a slice is not);
+// the kernels behind it are.
+type Array[T Elem] struct {
+	q      *cl.CommandQueue
+	n      int
+	block  Block // nil when n == 0
+	alloc  Alloc
+	closed bool
+}
+
+// adapt turns any allocator function into an Alloc.
+func adapt[B Block](alloc func(int64) (B, error)) Alloc {
+	return func(size int64) (Block, error) {
+		b, err := alloc(size)
+		if err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+}
+
+func elemSize[T Elem]() int64 {
+	var z T
+	return int64(unsafe.Sizeof(z))
+}
+
+// Empty returns an array of n elements whose contents are undefined.
+// alloc is pool.Allocate, or a raw allocator's Allocate.
+func Empty[T Elem, B Block](q *cl.CommandQueue, n int, alloc func(int64) (B, error)) (*Array[T], error) {
+	return newArray[T](q, n, adapt(alloc))
+}
+
+func newArray[T Elem](q *cl.CommandQueue, n int, alloc Alloc) (*Array[T], error) {
+	if q == nil {
+		return nil, fmt.Errorf("array: nil queue: %w", cl.ErrInvalidCommandQueue)
+	}
+	if n < 0 {
+		return nil, fmt.Errorf("array: negative length %d: %w", n, cl.ErrInvalidBufferSize)
+	}
+	a := &Array[T]{q: q, n: n, alloc: alloc}
+	if n == 0 {
+		return a, nil
+	}
+	b, err := alloc(int64(n) * elemSize[T]())
+	if err != nil {
+		return nil, fmt.Errorf("array: allocating %d elements: %w", n, err)
+	}
+	a.block = b
+	return a, nil
+}
+
+// Zeros returns an array of n zeros.
+func Zeros[T Elem, B Block](q *cl.CommandQueue, n int, alloc func(int64) (B, error)) (*Array[T], error) {
+	return Full[T](q, n, 0, alloc)
+}
+
+// Full returns an array of n copies of v.
+func Full[T Elem, B Block](q *cl.CommandQueue, n int, v T, alloc func(int64) (B, error)) (*Array[T], error) {
+	a, err := Empty[T](q, n, alloc)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.Fill(v); err != nil {
+		a.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// Arange returns start, start+step, ..., n elements.
+func Arange[T Elem, B Block](q *cl.CommandQueue, n int, start, step T, alloc func(int64) (B, error)) (*Array[T], error) {
+	a, err := Empty[T](q, n, alloc)
+	if err != nil || n == 0 {
+		return a, err
+	}
+	if err := run[T](q, "arange", n, nil, a.buf(), start, step, int64(n)); err != nil {
+		a.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// FromHost returns an array holding a copy of data.
+func FromHost[T Elem, B Block](q *cl.CommandQueue, data []T, alloc func(int64) (B, error)) (*Array[T], error) {
+	a, err := Empty[T](q, len(data), alloc)
+	if err != nil || len(data) == 0 {
+		return a, err
+	}
+	if err := q.WriteBuffer(a.buf(), 0, cl.Bytes(data)); err != nil {
+		a.Close()
+		return nil, fmt.Errorf("array: upload: %w", err)
+	}
+	return a, nil
+}
+
+// Len returns the number of elements.
+func (a *Array[T]) Len() int { return a.n }
+
+// Queue returns the queue the array's operations run on.
+func (a *Array[T]) Queue() *cl.CommandQueue { return a.q }
+
+// Allocator returns the allocator the array and its results use.
+func (a *Array[T]) Allocator() Alloc { return a.alloc }
+
+// Buffer returns the device buffer (nil for an empty or closed array). Its
+// first Len elements are the array's; it may be longer (a pool's block).
+func (a *Array[T]) Buffer() *cl.Buffer {
+	if a.closed || a.block == nil {
+		return nil
+	}
+	return a.block.Buffer()
+}
+
+func (a *Array[T]) buf() *cl.Buffer { return a.block.Buffer() }
+
+// Get downloads the array, waiting for the operations before it.
+func (a *Array[T]) Get() ([]T, error) {
+	if a.closed {
+		return nil, ErrClosed
+	}
+	out := make([]T, a.n)
+	if a.n == 0 {
+		return out, nil
+	}
+	if err := a.q.ReadBuffer(a.buf(), 0, cl.Bytes(out)); err != nil {
+		return nil, fmt.Errorf("array: download: %w", err)
+	}
+	return out, nil
+}
+
+// Copy returns a new array with the same elements, from the same allocator.
+func (a *Array[T]) Copy() (*Array[T], error) {
+	if a.closed {
+		return nil, ErrClosed
+	}
+	c, err := newArray[T](a.q, a.n, a.alloc)
+	if err != nil || a.n == 0 {
+		return c, err
+	}
+	ev, err := a.q.EnqueueCopyBuffer(a.buf(), c.buf(), 0, 0, int64(a.n)*elemSize[T]())
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("array: copy: %w", err)
+	}
+	return c, ev.Release()
+}
+
+// Close gives the array's memory back to its allocator (to the pool, for a
+// pooled one). Commands already enqueued on the array's in-order queue
+// still see the memory: the queue runs them before any later user of the
+// block. A second Close returns ErrClosed.
+func (a *Array[T]) Close() error {
+	if a.closed {
+		return ErrClosed
+	}
+	a.closed = true
+	if a.block == nil {
+		return nil
+	}
+	return a.block.Close()
+}
+
+// Closed reports whether Close has been called.
+func (a *Array[T]) Closed() bool { return a.closed }
+
+// check returns an error unless a and every other array are open, of one
+// context and, when sameLen, of a's length.
+func (a *Array[T]) check(op string, others ...*Array[T]) error {
+	if a.closed {
+		return fmt.Errorf("array: %s: %w", op, ErrClosed)
+	}
+	for _, o := range others {
+		switch {
+		case o.closed:
+			return fmt.Errorf("array: %s: %w", op, ErrClosed)
+		case o.q.Context() != a.q.Context():
+			return fmt.Errorf("array: %s: %w", op, ErrContextMismatch)
+		case o.n != a.n:
+			return fmt.Errorf("array: %s: lengths %d and %d: %w", op, a.n, o.n, ErrLengthMismatch)
+		}
+	}
+	return nil
+}

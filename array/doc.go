@@ -1,0 +1,37 @@
+// Package array is 1-D device arrays whose memory, temporaries included,
+// comes from the allocator they are given, as pyopencl.array does with its
+// allocator argument.
+//
+//	x, err := array.Zeros[float32](q, n, pool.Allocate)  // from a mempool.Pool
+//	y, err := array.Zeros[float32](q, n, imm.Allocate)   // from a raw allocator
+//	z, err := array.Axpy(2, x, x)                          // z uses x's allocator
+//	s, err := array.Dot(x, z)                              // so do the reduction's buffers
+//	x.Close(); z.Close()                                   // back to the pool
+//
+// # The allocator argument
+//
+// pool.Allocate returns a *mempool.PooledBuffer, a raw allocator's Allocate a
+// *cl.Buffer. Constructors take any func(int64) (B, error) whose B is a
+// Block (a Buffer and a Close method), which both are, so the same short
+// expression works for either with no adapter. Type inference finds B from
+// the argument; only the element type is written. A small func type was
+// preferred to an interface because pool.Allocate is a method value: an
+// interface would need the pool itself, and would exclude plain functions
+// (a counting or logging wrapper is a closure). Each array keeps its
+// allocator as an Alloc, and every result and temporary of an operation on
+// it is allocated with it.
+//
+// # Kernels
+//
+// The element-wise kernels (Add, Sub, Mul, Div, Scale, Axpy, Tridiag, Fill,
+// and the in-place I... methods) and the two-stage reductions (Sum, Dot,
+// Max, Min) are built once per context and element type, on first use, and
+// shared by all goroutines. ReleaseKernels drops them for a context.
+//
+// # Lifetimes
+//
+// Close gives an array's memory back. Arrays over a pool that are dropped
+// without Close come back after garbage collection, as pooled buffers do;
+// arrays over a raw allocator release their *cl.Buffer only in Close. An
+// Array is for one goroutine at a time.
+package array

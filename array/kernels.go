@@ -1,0 +1,189 @@
+package array
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/clpool/clpool/cl"
+)
+
+// kernelSource is the OpenCL C of every operation, for one element type T.
+// Element-wise kernels take z (the result) first and may be given z == x for
+// an in-place update. Reductions are two-stage: each work-group folds a
+// strided share of the input into out[group]; the same kernel then folds
+// those partial results in one group.
+const kernelSource = `
+%s
+typedef %s T;
+#define LOWEST (%s)
+#define HIGHEST (%s)
+
+kernel void fill(global T *z, T a, long n) {
+	long i = get_global_id(0);
+	if (i < n) z[i] = a;
+}
+kernel void arange(global T *z, T start, T step, long n) {
+	long i = get_global_id(0);
+	if (i < n) z[i] = start + (T)i * step;
+}
+#define BINARY(NAME, OP) \
+kernel void NAME(global T *z, global const T *x, global const T *y, long n) { \
+	long i = get_global_id(0); \
+	if (i < n) z[i] = x[i] OP y[i]; \
+}
+BINARY(add, +)
+BINARY(sub, -)
+BINARY(mul, *)
+BINARY(div_, /)
+kernel void scale(global T *z, T a, global const T *x, long n) {
+	long i = get_global_id(0);
+	if (i < n) z[i] = a * x[i];
+}
+kernel void axpy(global T *z, T a, global const T *x, global const T *y, long n) {
+	long i = get_global_id(0);
+	if (i < n) z[i] = a * x[i] + y[i];
+}
+kernel void tridiag(global T *z, T lower, T diag, T upper, global const T *x, long n) {
+	long i = get_global_id(0);
+	if (i >= n) return;
+	T v = diag * x[i];
+	if (i > 0) v += lower * x[i - 1];
+	if (i + 1 < n) v += upper * x[i + 1];
+	z[i] = v;
+}
+
+#define PLUS(a, b) ((a) + (b))
+#define REDUCE(NAME, INIT, MAP, OP) \
+kernel void NAME(global T *out, global const T *x, global const T *y, long n, local T *s) { \
+	long lid = get_local_id(0); \
+	T acc = INIT; \
+	for (long i = get_global_id(0); i < n; i += get_global_size(0)) acc = OP(acc, MAP); \
+	s[lid] = acc; \
+	barrier(CLK_LOCAL_MEM_FENCE); \
+	for (long k = get_local_size(0) / 2; k > 0; k /= 2) { \
+		if (lid < k) s[lid] = OP(s[lid], s[lid + k]); \
+		barrier(CLK_LOCAL_MEM_FENCE); \
+	} \
+	if (lid == 0) out[get_group_id(0)] = s[0]; \
+}
+REDUCE(rsum, (T)0, x[i], PLUS)
+REDUCE(rdot, (T)0, x[i] * y[i], PLUS)
+REDUCE(rmax, LOWEST, x[i], max)
+REDUCE(rmin, HIGHEST, x[i], min)
+`
+
+// kernelNames are the kernels of kernelSource.
+var kernelNames = []string{"fill", "arange", "add", "sub", "mul", "div_", "scale", "axpy", "tridiag", "rsum", "rdot", "rmax", "rmin"}
+
+// clType describes an element type to the OpenCL compiler.
+type clType struct {
+	name, lowest, highest string
+	pragma                string
+}
+
+func typeOf[T Elem]() clType {
+	var z T
+	switch any(z).(type) {
+	case float32:
+		return clType{"float", "-INFINITY", "INFINITY", ""}
+	case float64:
+		return clType{"double", "-INFINITY", "INFINITY", "#pragma OPENCL EXTENSION cl_khr_fp64 : enable"}
+	case int32:
+		return clType{"int", "INT_MIN", "INT_MAX", ""}
+	case int64:
+		return clType{"long", "LONG_MIN", "LONG_MAX", ""}
+	default: // uint32
+		return clType{"uint", "0", "UINT_MAX", ""}
+	}
+}
+
+// guardedKernel is a kernel with the lock that keeps one goroutine's
+// arguments from mixing with another's between SetArgs and the enqueue
+// (the runtime copies the arguments at the enqueue).
+type guardedKernel struct {
+	mu sync.Mutex
+	k  *cl.Kernel
+}
+
+type kernelSet struct {
+	prog    *cl.Program
+	kernels map[string]*guardedKernel
+}
+
+type cacheKey struct {
+	ctx  *cl.Context
+	elem string
+}
+
+// cache holds the kernels built so far, per context and element type, for
+// the life of the process (or until ReleaseKernels).
+var cache = struct {
+	mu   sync.Mutex
+	sets map[cacheKey]*kernelSet
+}{sets: map[cacheKey]*kernelSet{}}
+
+// kernelsFor returns the kernels for T in ctx, building them the first time.
+func kernelsFor[T Elem](ctx *cl.Context) (*kernelSet, error) {
+	t := typeOf[T]()
+	key := cacheKey{ctx, t.name}
+	cache.mu.Lock()
+	defer cache.mu.Unlock()
+	if ks := cache.sets[key]; ks != nil {
+		return ks, nil
+	}
+	prog, err := ctx.BuildProgram(fmt.Sprintf(kernelSource, t.pragma, t.name, t.lowest, t.highest), "")
+	if err != nil {
+		return nil, fmt.Errorf("array: building the %s kernels: %w", t.name, err)
+	}
+	ks := &kernelSet{prog: prog, kernels: map[string]*guardedKernel{}}
+	for _, name := range kernelNames {
+		k, err := prog.Kernel(name)
+		if err != nil {
+			ks.release()
+			return nil, fmt.Errorf("array: %w", err)
+		}
+		ks.kernels[name] = &guardedKernel{k: k}
+	}
+	cache.sets[key] = ks
+	return ks, nil
+}
+
+func (ks *kernelSet) release() {
+	for _, k := range ks.kernels {
+		_ = k.k.Release()
+	}
+	_ = ks.prog.Release()
+}
+
+// ReleaseKernels releases the kernels built for ctx. Call it before
+// releasing a context that arrays were used on, in programs that make many
+// contexts; arrays used on ctx afterwards build them again.
+func ReleaseKernels(ctx *cl.Context) {
+	cache.mu.Lock()
+	defer cache.mu.Unlock()
+	for key, ks := range cache.sets {
+		if key.ctx == ctx {
+			ks.release()
+			delete(cache.sets, key)
+		}
+	}
+}
+
+// run sets the arguments of the kernel called name and enqueues it over n
+// work-items (global) in groups of local (nil: the runtime's choice).
+func run[T Elem](q *cl.CommandQueue, name string, global int, local []int, args ...any) error {
+	ks, err := kernelsFor[T](q.Context())
+	if err != nil {
+		return err
+	}
+	gk := ks.kernels[name]
+	gk.mu.Lock()
+	defer gk.mu.Unlock()
+	if err := gk.k.SetArgs(args...); err != nil {
+		return fmt.Errorf("array: %s: %w", name, err)
+	}
+	if err := q.EnqueueKernel(gk.k, []int{global}, local); err != nil {
+		return fmt.Errorf("array: %s: %w", name, err)
+	}
+	return nil
+}
