@@ -31,7 +31,7 @@ deps:
 	@echo /usr/lib/oclgrind/liboclgrind-rt-icd.so > $(ICD_DIR)/oclgrind.icd
 
 demo: deps
-	$(GO) run ./examples/devices
+	$(GO) run ./examples/cg
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go' 2>/dev/null || find . -name '*.go')); \
