@@ -132,3 +132,29 @@ func (c *Counting) Stats() CountingStats {
 	defer c.mu.Unlock()
 	return c.stats
 }
+
+// Unwrap returns the wrapped allocator.
+func (b *Budget) Unwrap() Allocator { return b.inner }
+
+// Unwrap returns the wrapped allocator.
+func (c *Counting) Unwrap() Allocator { return c.inner }
+
+// DeviceOf returns the device an allocator allocates on: that of the
+// context of a Deferred or Immediate, found through wrappers that have an
+// Unwrap method; nil if there is none to find.
+func DeviceOf(a Allocator) *cl.Device {
+	for a != nil {
+		if c, ok := a.(interface{ Context() *cl.Context }); ok {
+			if ds := c.Context().Devices(); len(ds) > 0 {
+				return ds[0]
+			}
+			return nil
+		}
+		u, ok := a.(interface{ Unwrap() Allocator })
+		if !ok {
+			return nil
+		}
+		a = u.Unwrap()
+	}
+	return nil
+}

@@ -3,6 +3,7 @@ package mempool
 import (
 	"runtime"
 	"time"
+	"unsafe"
 
 	"github.com/clpool/clpool/cl"
 )
@@ -25,13 +26,20 @@ type PooledBuffer struct {
 }
 
 // wrap hands out buf for a request of size bytes.
-func (p *Pool) wrap(buf *cl.Buffer, bn uint32, size int64) *PooledBuffer {
+func (p *Pool) wrap(hooks hookList, buf *cl.Buffer, bn uint32, size int64) *PooledBuffer {
 	b := &PooledBuffer{pool: p, buf: buf, bin: bn, size: size}
 	if p.dropSafety {
 		runtime.SetFinalizer(b, (*PooledBuffer).reclaim)
 	}
+	if hooks != nil {
+		p.emit(hooks, b.event(MallocAfter, buf))
+	}
 	return b
 }
+
+// ID returns the buffer's block id, as hooks see it: unique among the
+// PooledBuffers alive at one time (like CuPy's pmem_id, it is an address).
+func (b *PooledBuffer) ID() uint64 { return uint64(uintptr(unsafe.Pointer(b))) }
 
 // Buffer returns the device buffer, whose size is the bin's AllocSize (at
 // least Size), or nil after Close. Like the rest of a PooledBuffer, it is

@@ -29,15 +29,28 @@ type OutOfMemoryError struct {
 	HeldBytes    int64
 	ManagedBytes int64 // bytes the pool owns: active blocks' alloc sizes plus held
 	Limit        int64 // the pool's limit; 0 if none
-	Err          error // the allocator's error; nil if the limit refused
+	DeviceTotal  int64 // the device's global memory; 0 if the pool does not know its device
+
+	// The largest bin still holding a block (after the pool freed what it
+	// could, a block only a concurrent Close brought back), and its size.
+	LargestHeldBin  uint32
+	LargestHeldSize int64 // 0 if nothing is held
+
+	Err error // the allocator's error; nil if the limit refused
 }
 
 // Error says what was asked, what is active and what is held.
 func (e *OutOfMemoryError) Error() string {
 	s := fmt.Sprintf("mempool: out of memory: requested %d bytes (allocating %d); %d blocks active holding %d bytes requested, %d blocks held (%d bytes), %d bytes managed",
 		e.Requested, e.AllocSize, e.ActiveBlocks, e.ActiveBytes, e.HeldBlocks, e.HeldBytes, e.ManagedBytes)
+	if e.LargestHeldSize > 0 {
+		s += fmt.Sprintf(" (largest held: bin %d, %d bytes)", e.LargestHeldBin, e.LargestHeldSize)
+	}
 	if e.Limit > 0 {
 		s += fmt.Sprintf(", limit %d", e.Limit)
+	}
+	if e.DeviceTotal > 0 {
+		s += fmt.Sprintf(", device total %d", e.DeviceTotal)
 	}
 	if e.Err != nil {
 		s += ": " + e.Err.Error()

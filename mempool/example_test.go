@@ -58,10 +58,13 @@ func ExampleWithLimit() {
 	defer a.Close()
 	_, err = pool.Allocate(600_000)
 	fmt.Println(errors.Is(err, mempool.ErrOutOfMemory))
-	fmt.Println(err)
+	var oom *mempool.OutOfMemoryError
+	if errors.As(err, &oom) {
+		fmt.Println("requested", oom.Requested, "active", oom.ActiveBytes, "held", oom.HeldBytes, "limit", oom.Limit)
+	}
 	// Output:
 	// true
-	// mempool: out of memory: requested 600000 bytes (allocating 622591); 1 blocks active holding 600000 bytes requested, 0 blocks held (0 bytes), 622591 bytes managed, limit 1048576: over the pool's limit
+	// requested 600000 active 600000 held 0 limit 1048576
 }
 
 func ExamplePooledBuffer_Close() {

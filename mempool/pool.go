@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
@@ -11,15 +12,19 @@ import (
 
 // This file holds the pool's whole policy: binning a request, reusing held
 // blocks (LIFO per bin), allocating on a miss within the limit, reacting to
-// out-of-memory, and what giving a block back does.
+// out-of-memory, and what giving a block back does. Every counter changes
+// under p.mu; hooks are called outside it.
 
 // Pool is a memory pool of device buffers over an Allocator. It is safe for
 // concurrent use.
 type Pool struct {
 	alloc       allocator.Allocator
+	device      *cl.Device // for hooks and errors; nil if the allocator does not say
 	leadingBits int
 	limit       int64 // 0: no limit
 	dropSafety  bool
+	hooks       atomic.Pointer[[]*hookEntry] // nil when none: the hot path checks only that
+	hooksMu     sync.Mutex                   // serializes AddHook and its remove
 
 	mu      sync.Mutex
 	bins    binTable // held blocks, by bin
@@ -56,17 +61,17 @@ func New(a allocator.Allocator, opts ...Option) (*Pool, error) {
 	if a == nil {
 		return nil, errors.New("mempool: New: nil allocator")
 	}
-	p := &Pool{alloc: a, leadingBits: 4, dropSafety: true, holding: true}
+	p := &Pool{alloc: a, device: allocator.DeviceOf(a), leadingBits: 4, dropSafety: true, holding: true}
 	for _, o := range opts {
 		o(p)
 	}
 	if p.leadingBits < 0 || p.leadingBits > MaxLeadingBits {
 		return nil, fmt.Errorf("mempool: New: leading bits %d outside 0..%d", p.leadingBits, MaxLeadingBits)
 	}
-	p.bins = newBinTable(p.leadingBits)
 	if p.limit < 0 {
 		return nil, fmt.Errorf("mempool: New: negative limit %d", p.limit)
 	}
+	p.bins = newBinTable(p.leadingBits)
 	p.s.LeadingBits, p.s.Limit, p.s.Holding = p.leadingBits, p.limit, true
 	return p, nil
 }
@@ -80,50 +85,74 @@ func (p *Pool) Allocate(size int64) (*PooledBuffer, error) {
 		return nil, fmt.Errorf("mempool: Allocate(%d): negative size: %w", size, cl.ErrInvalidBufferSize)
 	}
 	bn := BinNumber(size, p.leadingBits)
+	hooks := p.hooks.Load()
+	if hooks != nil {
+		p.emit(hooks, Event{Kind: MallocBefore, Size: size, AllocSize: AllocSize(bn, p.leadingBits)})
+	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil, ErrPoolClosed
+		return nil, p.mallocFailed(hooks, size, bn, ErrPoolClosed)
 	}
 	if b := p.bins.get(bn); b != nil && len(b.bufs) > 0 {
 		buf := b.pop()
 		p.s.Hits++
 		p.s.HeldBlocks--
 		p.s.HeldBytes -= b.allocSize
-		p.s.ActiveBlocks++
-		p.s.ActiveBytes += size
-		p.s.PeakActiveBytes = max(p.s.PeakActiveBytes, p.s.ActiveBytes)
+		p.activate(b.allocSize, size)
 		p.mu.Unlock()
-		return p.wrap(buf, bn, size), nil
+		return p.wrap(hooks, buf, bn, size), nil
 	}
 	p.s.Misses++
 	p.mu.Unlock()
 
-	buf, err := p.allocateBlock(bn, size)
+	buf, err := p.allocateBlock(hooks, bn, size)
 	if err != nil {
-		return nil, err
+		return nil, p.mallocFailed(hooks, size, bn, err)
 	}
-	return p.wrap(buf, bn, size), nil
+	return p.wrap(hooks, buf, bn, size), nil
+}
+
+// activate counts a block handed out. p.mu must be held.
+func (p *Pool) activate(allocSize, size int64) {
+	large := allocSize >= SmallBlock
+	p.s.Allocation.add(large, 1)
+	p.s.AllocatedBytes.add(large, allocSize)
+	p.s.ActiveBytes += size
+	p.s.PeakActiveBytes = max(p.s.PeakActiveBytes, p.s.ActiveBytes)
+}
+
+// deactivate counts a block given back. p.mu must be held.
+func (p *Pool) deactivate(allocSize, size int64) {
+	large := allocSize >= SmallBlock
+	p.s.Allocation.sub(large, 1)
+	p.s.AllocatedBytes.sub(large, allocSize)
+	p.s.ActiveBytes -= size
 }
 
 // allocateBlock gets a new block for a miss: it reserves the bin's bytes
 // under the limit, then asks the allocator, freeing held blocks (largest
 // first) after each out-of-memory until the allocation succeeds or nothing
 // is left to free.
-func (p *Pool) allocateBlock(bn uint32, size int64) (*cl.Buffer, error) {
+func (p *Pool) allocateBlock(hooks hookList, bn uint32, size int64) (*cl.Buffer, error) {
 	n := AllocSize(bn, p.leadingBits)
 	if err := p.reserve(size, n); err != nil {
 		return nil, err
 	}
 	collected := false
 	for {
+		if hooks != nil {
+			p.emit(hooks, Event{Kind: AllocBefore, Size: n, AllocSize: n})
+		}
 		buf, err := p.alloc.Allocate(n)
+		if hooks != nil {
+			p.emit(hooks, Event{Kind: AllocAfter, Size: n, AllocSize: n, Buffer: buf, Err: err})
+		}
 		if err == nil {
 			p.mu.Lock()
 			p.s.DeviceAllocs++
-			p.s.ActiveBlocks++
-			p.s.ActiveBytes += size
-			p.s.PeakActiveBytes = max(p.s.PeakActiveBytes, p.s.ActiveBytes)
+			p.s.Segment.add(n >= SmallBlock, 1)
+			p.activate(n, size)
 			p.mu.Unlock()
 			return buf, nil
 		}
@@ -154,9 +183,8 @@ func (p *Pool) reserve(size, n int64) error {
 	collected := false
 	for {
 		p.mu.Lock()
-		if p.limit == 0 || p.s.ManagedBytes+n <= p.limit {
-			p.s.ManagedBytes += n
-			p.s.PeakManagedBytes = max(p.s.PeakManagedBytes, p.s.ManagedBytes)
+		if p.limit == 0 || p.s.ReservedBytes.current()+n <= p.limit {
+			p.s.ReservedBytes.add(n >= SmallBlock, n)
 			p.mu.Unlock()
 			return nil
 		}
@@ -177,7 +205,7 @@ func (p *Pool) reserve(size, n int64) error {
 // unreserve takes back a reservation whose allocation failed.
 func (p *Pool) unreserve(n int64) {
 	p.mu.Lock()
-	p.s.ManagedBytes -= n
+	p.s.ReservedBytes.sub(n >= SmallBlock, n)
 	p.mu.Unlock()
 }
 
@@ -193,12 +221,20 @@ func (p *Pool) outOfMemory(size, n int64, cause error) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.s.OOMs++
-	return &OutOfMemoryError{
+	s := p.snapshot()
+	e := &OutOfMemoryError{
 		Requested: size, AllocSize: n,
-		ActiveBlocks: p.s.ActiveBlocks, ActiveBytes: p.s.ActiveBytes,
-		HeldBlocks: p.s.HeldBlocks, HeldBytes: p.s.HeldBytes,
-		ManagedBytes: p.s.ManagedBytes, Limit: p.limit, Err: cause,
+		ActiveBlocks: s.ActiveBlocks, ActiveBytes: s.ActiveBytes,
+		HeldBlocks: s.HeldBlocks, HeldBytes: s.HeldBytes,
+		ManagedBytes: s.ManagedBytes, Limit: p.limit, Err: cause,
 	}
+	if p.device != nil {
+		e.DeviceTotal = p.device.GlobalMemSize
+	}
+	if b := p.bins.largestHeld(); b != nil {
+		e.LargestHeldBin, e.LargestHeldSize = b.num, b.allocSize
+	}
+	return e
 }
 
 // put takes back the block of a PooledBuffer, marking it closed: the block
@@ -206,26 +242,39 @@ func (p *Pool) outOfMemory(size, n int64, cause error) error {
 // already closed returns ErrClosed and changes nothing. The closed mark is
 // guarded by p.mu, which put takes anyway.
 func (p *Pool) put(pb *PooledBuffer) error {
+	hooks := p.hooks.Load()
 	p.mu.Lock()
 	if pb.closed {
 		p.mu.Unlock()
 		return ErrClosed
 	}
 	buf := pb.buf
-	pb.closed, pb.buf = true, nil
-	p.s.ActiveBlocks--
-	p.s.ActiveBytes -= pb.size
+	pb.closed, pb.buf = true, nil // before the hook: a racing Close gets ErrClosed
+	if hooks != nil {
+		p.mu.Unlock()
+		p.emit(hooks, pb.event(FreeBefore, buf))
+		p.mu.Lock()
+	}
+	b := p.bins.make(pb.bin)
+	p.deactivate(b.allocSize, pb.size)
+	var err error
 	if p.holding {
-		b := p.bins.make(pb.bin)
 		b.bufs = append(b.bufs, buf)
 		p.s.HeldBlocks++
 		p.s.HeldBytes += b.allocSize
 		p.mu.Unlock()
-		return nil
+	} else {
+		p.s.Segment.sub(b.allocSize >= SmallBlock, 1)
+		p.s.ReservedBytes.sub(b.allocSize >= SmallBlock, b.allocSize)
+		p.mu.Unlock()
+		err = p.freeDevice(buf)
 	}
-	p.s.ManagedBytes -= AllocSize(pb.bin, p.leadingBits)
-	p.mu.Unlock()
-	return p.freeDevice(buf)
+	if hooks != nil {
+		e := pb.event(FreeAfter, buf)
+		e.Err = err
+		p.emit(hooks, e)
+	}
+	return err
 }
 
 // popLargestHeldLocked takes the most recently held block of the largest
@@ -236,10 +285,16 @@ func (p *Pool) popLargestHeldLocked() *cl.Buffer {
 		return nil
 	}
 	largest := p.bins.largestHeld()
-	p.s.HeldBlocks--
-	p.s.HeldBytes -= largest.allocSize
-	p.s.ManagedBytes -= largest.allocSize
+	p.forgetHeld(largest.allocSize)
 	return largest.pop()
+}
+
+// forgetHeld counts a held block of n bytes leaving the pool. p.mu must be held.
+func (p *Pool) forgetHeld(n int64) {
+	p.s.HeldBlocks--
+	p.s.HeldBytes -= n
+	p.s.Segment.sub(n >= SmallBlock, 1)
+	p.s.ReservedBytes.sub(n >= SmallBlock, n)
 }
 
 // freeLargestHeld frees one held block of the largest bin, and reports
@@ -273,12 +328,13 @@ func (p *Pool) FreeHeld() {
 	p.mu.Lock()
 	var bufs []*cl.Buffer
 	p.bins.each(func(b *bin) {
-		bufs = append(bufs, b.bufs...)
+		for _, buf := range b.bufs {
+			bufs = append(bufs, buf)
+			p.forgetHeld(b.allocSize)
+		}
 		clear(b.bufs)
 		b.bufs = b.bufs[:0]
 	})
-	p.s.ManagedBytes -= p.s.HeldBytes
-	p.s.HeldBlocks, p.s.HeldBytes = 0, 0
 	p.mu.Unlock()
 	for _, buf := range bufs {
 		p.freeDevice(buf)
@@ -311,8 +367,12 @@ func (p *Pool) Close() error {
 func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.s
+	return p.snapshot()
 }
+
+// Device returns the device of the pool's allocator, or nil if it does not
+// say (see allocator.DeviceOf).
+func (p *Pool) Device() *cl.Device { return p.device }
 
 // HeldBlocks returns the number of blocks held for reuse.
 func (p *Pool) HeldBlocks() int { return p.Stats().HeldBlocks }

@@ -1,0 +1,119 @@
+package mempool
+
+import (
+	"github.com/clpool/clpool/cl"
+)
+
+// EventKind says what a hook is told of.
+type EventKind uint8
+
+// The six events, as CuPy's MemoryHook has them. Alloc events surround a
+// device allocation (a miss, and each retry after an out-of-memory); malloc
+// events surround every Allocate, hit or miss; free events surround every
+// block given back to the pool (Close, or the collector's reclaim).
+const (
+	AllocBefore EventKind = iota
+	AllocAfter
+	MallocBefore
+	MallocAfter
+	FreeBefore
+	FreeAfter
+)
+
+var eventNames = [...]string{"alloc_before", "alloc_after", "malloc_before", "malloc_after", "free_before", "free_after"}
+
+// String returns the event's name, such as "malloc_after".
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) {
+		return eventNames[k]
+	}
+	return "unknown"
+}
+
+// Event is what a hook is told.
+type Event struct {
+	Kind      EventKind
+	Device    *cl.Device // the pool's device; nil if its allocator does not say
+	Size      int64      // bytes requested (for alloc events: the bytes asked of the device)
+	AllocSize int64      // the bin's size: what the block holds
+	Buffer    *cl.Buffer // the device buffer; nil before an allocation and after a failed one
+	BlockID   uint64     // the PooledBuffer's ID (malloc_after and free events); 0 otherwise
+	Err       error      // for after events: the failure, if any
+}
+
+// Hook is told of a pool's events. A pool calls its hooks on the goroutine
+// that allocates or frees, synchronously, outside the pool's lock: a hook
+// must be safe for concurrent use and quick, and may call the pool's
+// read-only methods (Stats), but not Allocate.
+//
+// CuPy installs hooks per thread, for the span of a with block. Go has no
+// goroutine-local state, and a pool is usually shared by goroutines, so a
+// hook is registered on a pool, for all its users, until removed.
+type Hook interface {
+	Handle(Event)
+}
+
+// HookFunc lets a function be a Hook.
+type HookFunc func(Event)
+
+// Handle calls f.
+func (f HookFunc) Handle(e Event) { f(e) }
+
+// AddHook registers h and returns the function that removes it. Hooks are
+// called in the order they were added. With no hook registered, the pool's
+// hot path pays one atomic load per event site and nothing else.
+func (p *Pool) AddHook(h Hook) (remove func()) {
+	p.hooksMu.Lock()
+	defer p.hooksMu.Unlock()
+	entry := &hookEntry{h} // its address is the registration's identity
+	var hs []*hookEntry
+	if old := p.hooks.Load(); old != nil {
+		hs = append(hs, *old...)
+	}
+	hs = append(hs, entry)
+	p.hooks.Store(&hs)
+	return func() {
+		p.hooksMu.Lock()
+		defer p.hooksMu.Unlock()
+		old := p.hooks.Load()
+		if old == nil {
+			return
+		}
+		var next []*hookEntry
+		for _, e := range *old {
+			if e != entry {
+				next = append(next, e)
+			}
+		}
+		if len(next) == 0 {
+			p.hooks.Store(nil)
+		} else {
+			p.hooks.Store(&next)
+		}
+	}
+}
+
+// hookEntry is one registration of a hook (the same hook may be added twice).
+type hookEntry struct{ h Hook }
+
+// hookList is what the hot path loads: nil when no hook is registered.
+type hookList = *[]*hookEntry
+
+func (p *Pool) emit(hooks hookList, e Event) {
+	e.Device = p.device
+	for _, entry := range *hooks {
+		entry.h.Handle(e)
+	}
+}
+
+// mallocFailed tells the hooks of a failed Allocate and returns its error.
+func (p *Pool) mallocFailed(hooks hookList, size int64, bn uint32, err error) error {
+	if hooks != nil {
+		p.emit(hooks, Event{Kind: MallocAfter, Size: size, AllocSize: AllocSize(bn, p.leadingBits), Err: err})
+	}
+	return err
+}
+
+func (b *PooledBuffer) event(k EventKind, buf *cl.Buffer) Event {
+	return Event{Kind: k, Size: b.size, AllocSize: AllocSize(b.bin, b.pool.leadingBits), Buffer: buf, BlockID: b.ID()}
+}
