@@ -228,6 +228,10 @@ func (b *Buffer) Buffer() *Buffer { return b }
 // Close is Release, under the name io.Closer and pooled buffers use.
 func (b *Buffer) Close() error { return b.Release() }
 
+// Handle returns the cl_mem handle as a number, for logs and hooks that
+// identify buffers; it is not for passing back to C.
+func (b *Buffer) Handle() uintptr { return uintptr(unsafe.Pointer(b.mem)) }
+
 // Released reports whether Release has been called.
 func (b *Buffer) Released() bool { return b.released.Load() }
 

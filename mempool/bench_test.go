@@ -169,3 +169,20 @@ func BenchmarkPoolParallelNoDropSafety(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkPoolHitNoopHook is PoolHitNoDropSafety with one hook that does
+// nothing: the price of the four events of a hit.
+func BenchmarkPoolHitNoopHook(b *testing.B) {
+	p := benchPool(b, mempool.WithDropSafety(false))
+	p.AddHook(mempool.HookFunc(func(mempool.Event) {}))
+	hitLoop(b, p)
+}
+
+// BenchmarkPoolHitHookRemoved is the same after the hook was removed: the
+// no-hook path again.
+func BenchmarkPoolHitHookRemoved(b *testing.B) {
+	p := benchPool(b, mempool.WithDropSafety(false))
+	remove := p.AddHook(mempool.HookFunc(func(mempool.Event) {}))
+	remove()
+	hitLoop(b, p)
+}

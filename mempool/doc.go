@@ -39,12 +39,26 @@
 // the same way, before the device is asked. Other allocator errors return
 // at once.
 //
-// # Counters
+// # Counters and statistics
 //
 // Stats returns a consistent snapshot: active and held blocks and bytes,
-// managed bytes, hits and misses, device allocations and frees, reclaimed
-// buffers and out-of-memory retries. HeldBlocks, ActiveBlocks, ManagedBytes,
-// ActiveBytes and HeldBytes read single counters.
+// managed bytes and peaks, hits and misses, device allocations and frees,
+// reclaimed buffers and out-of-memory retries, and the statistics of
+// torch.cuda.memory_stats (allocation, allocated bytes, segment, reserved
+// bytes; each current, peak, allocated and freed, for all, small and large
+// blocks). MemoryStats returns those under torch's key names; ResetPeak and
+// ResetAccumulated reset them as torch's functions do. HeldBlocks,
+// ActiveBlocks, ManagedBytes, ActiveBytes and HeldBytes read single counters.
+//
+// # Hooks
+//
+// AddHook registers a Hook, which is told of six events: a device
+// allocation (alloc, before and after), every Allocate (malloc), and every
+// block given back (free), with the device, sizes, buffer, block id and
+// error. Hooks are per pool, for every goroutine that uses it: Go has no
+// goroutine-local state to scope them as CuPy's with blocks do. Package
+// memhooks has ready-made ones: a JSON-lines printer, a line profiler that
+// writes pprof profiles, and a trace recorder.
 //
 // # Misuse
 //

@@ -99,3 +99,64 @@ func ExampleBinNumber() {
 	// 1024 160 1087
 	// 1100 161 1151
 }
+
+// A hook sees every allocation and free; it is registered on the pool.
+func ExamplePool_AddHook() {
+	q, err := cl.DefaultQueue()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer q.Release()
+	alloc, _ := allocator.NewImmediate(q, cl.MemReadWrite)
+	pool, _ := mempool.New(alloc)
+	defer pool.Close()
+
+	remove := pool.AddHook(mempool.HookFunc(func(e mempool.Event) {
+		fmt.Println(e.Kind, e.Size, e.AllocSize, e.Err)
+	}))
+	b, _ := pool.Allocate(1000) // a miss
+	b.Close()
+	b, _ = pool.Allocate(1000) // a hit
+	remove()
+	b.Close()
+	// Output:
+	// malloc_before 1000 1023 <nil>
+	// alloc_before 1023 1023 <nil>
+	// alloc_after 1023 1023 <nil>
+	// malloc_after 1000 1023 <nil>
+	// free_before 1000 1023 <nil>
+	// free_after 1000 1023 <nil>
+	// malloc_before 1000 1023 <nil>
+	// malloc_after 1000 1023 <nil>
+}
+
+// MemoryStats names the statistics as torch.cuda.memory_stats does.
+func ExamplePool_MemoryStats() {
+	q, err := cl.DefaultQueue()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer q.Release()
+	alloc, _ := allocator.NewImmediate(q, cl.MemReadWrite)
+	pool, _ := mempool.New(alloc)
+	defer pool.Close()
+
+	a, _ := pool.Allocate(4 << 20)
+	b, _ := pool.Allocate(1000)
+	b.Close()
+	m := pool.MemoryStats()
+	for _, k := range []string{"allocated_bytes.all.current", "allocated_bytes.large_pool.peak", "allocation.all.allocated",
+		"segment.all.current", "reserved_bytes.small_pool.current", "num_device_alloc"} {
+		fmt.Println(k, m[k])
+	}
+	a.Close()
+	// Output:
+	// allocated_bytes.all.current 4456447
+	// allocated_bytes.large_pool.peak 4456447
+	// allocation.all.allocated 2
+	// segment.all.current 2
+	// reserved_bytes.small_pool.current 1023
+	// num_device_alloc 2
+}

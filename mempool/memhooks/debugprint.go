@@ -1,0 +1,58 @@
+package memhooks
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/clpool/clpool/mempool"
+)
+
+// DebugPrint writes each event as one JSON line, like CuPy's DebugPrintHook:
+//
+//	{"event":"malloc_after","device":"pthread-...","size":4000,"alloc_size":4095,"buffer":"0x55d0c1a2b3c0","block":824634...}
+type DebugPrint struct {
+	mu  sync.Mutex
+	enc *json.Encoder
+	err error
+}
+
+// NewDebugPrint returns a hook writing to w.
+func NewDebugPrint(w io.Writer) *DebugPrint { return &DebugPrint{enc: json.NewEncoder(w)} }
+
+type debugLine struct {
+	Event     string `json:"event"`
+	Device    string `json:"device,omitempty"`
+	Size      int64  `json:"size"`
+	AllocSize int64  `json:"alloc_size"`
+	Buffer    string `json:"buffer,omitempty"`
+	Block     uint64 `json:"block,omitempty"`
+	Error     string `json:"error,omitempty"`
+}
+
+// Handle writes e.
+func (d *DebugPrint) Handle(e mempool.Event) {
+	line := debugLine{Event: e.Kind.String(), Size: e.Size, AllocSize: e.AllocSize, Block: e.BlockID}
+	if e.Device != nil {
+		line.Device = e.Device.Name
+	}
+	if e.Buffer != nil {
+		line.Buffer = fmt.Sprintf("%#x", e.Buffer.Handle())
+	}
+	if e.Err != nil {
+		line.Error = e.Err.Error()
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.enc.Encode(line); err != nil && d.err == nil {
+		d.err = err
+	}
+}
+
+// Err returns the first write error, if any.
+func (d *DebugPrint) Err() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.err
+}

@@ -1,0 +1,95 @@
+package memhooks_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/clpool/clpool/allocator"
+	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/mempool"
+	"github.com/clpool/clpool/mempool/memhooks"
+)
+
+// examplePool is a pool on the default device, for the examples.
+func examplePool() (*mempool.Pool, func()) {
+	q, err := cl.DefaultQueue()
+	if err != nil {
+		panic(err)
+	}
+	imm, _ := allocator.NewImmediate(q, cl.MemReadWrite)
+	p, _ := mempool.New(imm)
+	return p, func() { p.Close(); q.Release() }
+}
+
+func ExampleNewDebugPrint() {
+	p, done := examplePool()
+	defer done()
+	var log bytes.Buffer
+	p.AddHook(memhooks.NewDebugPrint(&log))
+	b, _ := p.Allocate(4000)
+	b.Close()
+
+	// Each line is JSON: {"event":"malloc_before","device":"...","size":4000,"alloc_size":4095}
+	sc := bufio.NewScanner(&log)
+	for sc.Scan() {
+		var line struct {
+			Event     string
+			Size      int64
+			AllocSize int64 `json:"alloc_size"`
+		}
+		json.Unmarshal(sc.Bytes(), &line)
+		fmt.Println(line.Event, line.Size, line.AllocSize)
+	}
+	// Output:
+	// malloc_before 4000 4095
+	// alloc_before 4095 4095
+	// alloc_after 4095 4095
+	// malloc_after 4000 4095
+	// free_before 4000 4095
+	// free_after 4000 4095
+}
+
+func ExampleLineProfile() {
+	p, done := examplePool()
+	defer done()
+	lp := memhooks.NewLineProfile()
+	p.AddHook(lp)
+
+	a, _ := p.Allocate(1 << 20)
+	b, _ := p.Allocate(1000)
+	b.Close()
+	c, _ := p.Allocate(1000) // reuses b's block: used, not acquired again
+	defer a.Close()
+	defer c.Close()
+
+	lp.Print(os.Stdout, 0, memhooks.InUse)
+	// Each line of the example that allocated is a node: (bytes in use,
+	// bytes taken from the device).
+	// Output:
+	// _root (1.06MB, 1.06MB)
+	//   example_test.go:61:memhooks_test.ExampleLineProfile (1.06MB, 1.06MB)
+	//   example_test.go:62:memhooks_test.ExampleLineProfile (0.00B, 1023.00B)
+	//   example_test.go:64:memhooks_test.ExampleLineProfile (1023.00B, 0.00B)
+}
+
+func ExampleTraceRecorder() {
+	p, done := examplePool()
+	defer done()
+	rec := memhooks.NewTraceRecorder(os.Stdout)
+	p.AddHook(rec)
+
+	a, _ := p.Allocate(4000)
+	b, _ := p.Allocate(100)
+	a.Close()
+	b.Close()
+	rec.Flush()
+	// Output:
+	// op	id	size
+	// a	1	4000
+	// a	2	100
+	// f	1	0
+	// f	2	0
+}

@@ -1,0 +1,200 @@
+package memhooks_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/clpool/clpool/allocator"
+	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/internal/cltest"
+	"github.com/clpool/clpool/mempool"
+	"github.com/clpool/clpool/mempool/memhooks"
+	"github.com/clpool/clpool/trace"
+	"github.com/google/pprof/profile"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func newPool(t *testing.T) *mempool.Pool {
+	q := cltest.Queue(t)
+	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
+	require.NoError(t, err)
+	p, err := mempool.New(imm)
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func TestDebugPrintWritesJSONLines(t *testing.T) {
+	p := newPool(t)
+	var out bytes.Buffer
+	d := memhooks.NewDebugPrint(&out)
+	p.AddHook(d)
+	b, err := p.Allocate(4000)
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+	require.NoError(t, d.Err())
+
+	var lines []map[string]any
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &m), sc.Text())
+		lines = append(lines, m)
+	}
+	require.Len(t, lines, 6)
+	var names []string
+	for _, m := range lines {
+		names = append(names, m["event"].(string))
+		assert.Equal(t, p.Device().Name, m["device"])
+		assert.Equal(t, float64(4095), m["alloc_size"])
+	}
+	assert.Equal(t, []string{"malloc_before", "alloc_before", "alloc_after", "malloc_after", "free_before", "free_after"}, names)
+	assert.Equal(t, float64(4000), lines[0]["size"])
+	assert.NotContains(t, lines[0], "buffer", "no buffer before the allocation")
+	assert.Regexp(t, `^0x[0-9a-f]+$`, lines[3]["buffer"])
+	assert.Equal(t, lines[3]["block"], lines[4]["block"], "malloc and free name the same block")
+}
+
+// askSmall and askLarge are two call sites for the profile to tell apart.
+func askSmall(t *testing.T, p *mempool.Pool) *mempool.PooledBuffer {
+	b, err := p.Allocate(4096)
+	require.NoError(t, err)
+	return b
+}
+
+func askLarge(t *testing.T, p *mempool.Pool) *mempool.PooledBuffer {
+	b, err := p.Allocate(1 << 20)
+	require.NoError(t, err)
+	return b
+}
+
+func TestLineProfile(t *testing.T) {
+	p := newPool(t)
+	lp := memhooks.NewLineProfile()
+	p.AddHook(lp)
+	small := mempool.AllocSize(mempool.BinNumber(4096, 4), 4)
+	large := mempool.AllocSize(mempool.BinNumber(1<<20, 4), 4)
+
+	var s2 *mempool.PooledBuffer
+	for i := range 2 { // one call site: the second call is a hit, used but not acquired
+		b := askSmall(t, p)
+		if i == 0 {
+			require.NoError(t, b.Close())
+		} else {
+			s2 = b
+		}
+	}
+	l := askLarge(t, p)
+
+	var tree bytes.Buffer
+	require.NoError(t, lp.Print(&tree, 0, memhooks.InUse))
+	text := tree.String()
+	t.Log("\n" + text)
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	assert.Equal(t, "_root (1.07MB, 1.07MB)", lines[0])
+	assert.Regexp(t, `^  memhooks_test.go:\d+:memhooks_test.TestLineProfile \(1.06MB, 1.06MB\)$`, lines[1], "the tree starts at the test, a node per calling line")
+	assert.Contains(t, text, "memhooks_test.askSmall (4.25KB, 4.25KB)")
+	assert.Contains(t, text, "memhooks_test.askLarge (1.06MB, 1.06MB)")
+	assert.NotContains(t, text, "mempool.", "clpool's own frames are left out")
+	assert.NotContains(t, text, "runtime.")
+
+	var total bytes.Buffer
+	require.NoError(t, lp.Print(&total, 0, memhooks.Allocated))
+	assert.Contains(t, total.String(), "memhooks_test.askSmall (8.50KB, 4.25KB)", "both uses, one acquisition")
+
+	var shallow bytes.Buffer
+	require.NoError(t, lp.Print(&shallow, 1, memhooks.InUse))
+	assert.Len(t, strings.Split(strings.TrimSpace(shallow.String()), "\n"), 3, "max depth 1: _root and the two calling lines")
+	assert.NotContains(t, shallow.String(), "askSmall")
+
+	// Frees come off the in-use view.
+	require.NoError(t, l.Close())
+	tree.Reset()
+	require.NoError(t, lp.Print(&tree, 0, memhooks.InUse))
+	assert.Contains(t, tree.String(), "memhooks_test.askLarge (0.00B, 1.06MB)")
+
+	// The pprof profile, parsed back.
+	path := filepath.Join(t.TempDir(), "mem.pprof")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	require.NoError(t, lp.WriteProfile(f))
+	require.NoError(t, f.Close())
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	prof, err := profile.ParseData(raw)
+	require.NoError(t, err)
+	require.NoError(t, prof.CheckValid())
+	var types []string
+	for _, st := range prof.SampleType {
+		types = append(types, st.Type+"/"+st.Unit)
+	}
+	assert.Equal(t, []string{"alloc_objects/count", "alloc_space/bytes", "inuse_objects/count", "inuse_space/bytes", "acquired_objects/count", "acquired_space/bytes"}, types)
+	assert.Equal(t, "inuse_space", prof.DefaultSampleType)
+	found := map[string][]int64{}
+	for _, s := range prof.Sample {
+		found[s.Location[0].Line[0].Function.Name] = s.Value
+	}
+	assert.Equal(t, []int64{2, 2 * small, 1, small, 1, small}, found["github.com/clpool/clpool/mempool/memhooks_test.askSmall"])
+	assert.Equal(t, []int64{1, large, 0, 0, 1, large}, found["github.com/clpool/clpool/mempool/memhooks_test.askLarge"])
+
+	// go tool pprof reads it and shows device memory by function.
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-sample_index=alloc_space", path).CombinedOutput()
+	require.NoError(t, err, string(out))
+	assert.Contains(t, string(out), "askLarge")
+	assert.Contains(t, string(out), "askSmall")
+	require.NoError(t, s2.Close())
+}
+
+func TestRecordedTraceReplaysToTheSameCounters(t *testing.T) {
+	p := newPool(t)
+	var out bytes.Buffer
+	rec := memhooks.NewTraceRecorder(&out)
+	p.AddHook(rec)
+
+	// A workload: a sliding window over sizes that share and miss bins.
+	var window []*mempool.PooledBuffer
+	for i := range 400 {
+		b, err := p.Allocate(int64(100 + (i*37)%5000))
+		require.NoError(t, err)
+		window = append(window, b)
+		if len(window) > 7 {
+			require.NoError(t, window[i%len(window)].Close())
+			window = append(window[:i%len(window)], window[i%len(window)+1:]...)
+		}
+	}
+	for _, b := range window {
+		require.NoError(t, b.Close())
+	}
+	require.NoError(t, rec.Flush())
+	want := p.Stats()
+
+	events, err := trace.Read(&out)
+	require.NoError(t, err)
+	sum := trace.Summarize(events)
+	assert.Equal(t, 400, sum.Allocs)
+	assert.Equal(t, 400, sum.Frees)
+
+	q2 := cltest.Queue(t)
+	imm, err := allocator.NewImmediate(q2, cl.MemReadWrite)
+	require.NoError(t, err)
+	p2, err := mempool.New(imm)
+	require.NoError(t, err)
+	defer p2.Close()
+	require.NoError(t, trace.Replay(events, p2.Allocate, (*mempool.PooledBuffer).Close))
+	got := p2.Stats()
+	assert.Equal(t, want.Hits, got.Hits)
+	assert.Equal(t, want.Misses, got.Misses)
+	assert.Equal(t, want.DeviceAllocs, got.DeviceAllocs)
+	assert.Equal(t, want.PeakManagedBytes, got.PeakManagedBytes)
+	assert.Equal(t, want.PeakActiveBytes, got.PeakActiveBytes)
+	assert.Equal(t, want.HeldBlocks, got.HeldBlocks)
+	assert.Equal(t, want.Allocation, got.Allocation)
+	assert.Equal(t, want.Segment, got.Segment)
+}

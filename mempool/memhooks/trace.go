@@ -1,0 +1,59 @@
+package memhooks
+
+import (
+	"io"
+	"sync"
+
+	"github.com/clpool/clpool/mempool"
+	"github.com/clpool/clpool/trace"
+)
+
+// TraceRecorder writes a pool's allocations and frees in the trace format
+// of package trace (the format of testdata/cg.tsv), numbering blocks 1, 2,
+// ... in the order they are handed out, so that a program's allocation
+// pattern can be captured and replayed (`clpool replay`).
+type TraceRecorder struct {
+	mu   sync.Mutex
+	w    *trace.Writer
+	ids  map[uint64]int64 // live block ID -> trace id
+	next int64
+	err  error
+}
+
+// NewTraceRecorder returns a hook writing to w. Call Flush when done.
+func NewTraceRecorder(w io.Writer) *TraceRecorder {
+	return &TraceRecorder{w: trace.NewWriter(w), ids: map[uint64]int64{}}
+}
+
+// Handle records successful Allocates and every free.
+func (r *TraceRecorder) Handle(e mempool.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var err error
+	switch {
+	case e.Kind == mempool.MallocAfter && e.Err == nil:
+		r.next++
+		r.ids[e.BlockID] = r.next
+		err = r.w.Write(trace.Event{Op: trace.Alloc, ID: r.next, Size: e.Size})
+	case e.Kind == mempool.FreeBefore:
+		id, ok := r.ids[e.BlockID]
+		if !ok {
+			return // handed out before the recorder was added
+		}
+		delete(r.ids, e.BlockID)
+		err = r.w.Write(trace.Event{Op: trace.Free, ID: id})
+	}
+	if err != nil && r.err == nil {
+		r.err = err
+	}
+}
+
+// Flush writes what is buffered and returns the first error met.
+func (r *TraceRecorder) Flush() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.w.Flush(); err != nil && r.err == nil {
+		r.err = err
+	}
+	return r.err
+}
