@@ -137,6 +137,21 @@ func callers() []frame {
 	}
 }
 
+// sortedRecords returns the records in the order of their stacks' keys, so
+// that output does not depend on map order. lp.mu must be held.
+func (lp *LineProfile) sortedRecords() []*stackRecord {
+	keys := make([]string, 0, len(lp.stacks))
+	for k := range lp.stacks {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	records := make([]*stackRecord, len(keys))
+	for i, k := range keys {
+		records[i] = lp.stacks[k]
+	}
+	return records
+}
+
 // View picks what Print shows as used bytes.
 type View int
 
@@ -178,13 +193,7 @@ func (n *node) child(name string) *node {
 func (lp *LineProfile) Print(w io.Writer, maxDepth int, view View) error {
 	lp.mu.Lock()
 	root := &node{name: "_root", byName: map[string]*node{}}
-	keys := make([]string, 0, len(lp.stacks))
-	for k := range lp.stacks {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		r := lp.stacks[k]
+	for _, r := range lp.sortedRecords() {
 		used := r.inuseBytes
 		if view == Allocated {
 			used = r.allocBytes
@@ -248,13 +257,7 @@ func (lp *LineProfile) Profile() *profile.Profile {
 	locations := map[frame]*profile.Location{}
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
-	keys := make([]string, 0, len(lp.stacks))
-	for k := range lp.stacks {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		r := lp.stacks[k]
+	for _, r := range lp.sortedRecords() {
 		s := &profile.Sample{Value: []int64{r.allocObjects, r.allocBytes, r.inuseObjects, r.inuseBytes, r.acquiredObjects, r.acquiredBytes}}
 		for _, f := range r.frames {
 			loc := locations[f]
