@@ -175,11 +175,14 @@ func (a *Array[T]) Copy() (*Array[T], error) {
 		return c, err
 	}
 	ev, err := a.q.EnqueueCopyBuffer(a.buf(), c.buf(), 0, 0, int64(a.n)*elemSize[T]())
+	if err == nil {
+		err = ev.Release()
+	}
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("array: copy: %w", err)
 	}
-	return c, ev.Release()
+	return c, nil
 }
 
 // Close gives the array's memory back to its allocator (to the pool, for a

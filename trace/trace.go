@@ -16,6 +16,8 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -139,7 +141,8 @@ func Summarize(events []Event) Summary {
 }
 
 // Replay runs the events through alloc and free, keeping each block's
-// handle by id. Blocks the trace leaves live are freed at the end.
+// handle by id. Blocks the trace leaves live are freed at the end, in id
+// order.
 func Replay[T any](events []Event, alloc func(size int64) (T, error), free func(T) error) error {
 	live := make(map[int64]T, 64)
 	for _, ev := range events {
@@ -158,8 +161,9 @@ func Replay[T any](events []Event, alloc func(size int64) (T, error), free func(
 			}
 		}
 	}
-	for id, h := range live {
-		if err := free(h); err != nil {
+	ids := slices.Sorted(maps.Keys(live)) // in id order, so that replays are repeatable
+	for _, id := range ids {
+		if err := free(live[id]); err != nil {
 			return fmt.Errorf("trace: freeing block %d at the end: %w", id, err)
 		}
 	}

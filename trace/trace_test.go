@@ -51,14 +51,13 @@ func TestReadRejectsBadTraces(t *testing.T) {
 	}
 }
 
-func TestReplayFreesWhatTheTraceLeavesLive(t *testing.T) {
-	events := []trace.Event{{trace.Alloc, 1, 10}, {trace.Alloc, 2, 20}, {trace.Free, 1, 0}}
-	live := map[int64]bool{}
-	next := int64(0)
+func TestReplayFreesWhatTheTraceLeavesLiveInIDOrder(t *testing.T) {
+	events := []trace.Event{{trace.Alloc, 5, 10}, {trace.Alloc, 2, 20}, {trace.Alloc, 9, 30}, {trace.Alloc, 1, 40}, {trace.Free, 2, 0}}
+	var freed []int64
 	err := trace.Replay(events,
-		func(size int64) (int64, error) { next++; live[next] = true; return next, nil },
-		func(h int64) error { delete(live, h); return nil })
+		func(size int64) (int64, error) { return size, nil }, // the handle is the size
+		func(h int64) error { freed = append(freed, h); return nil })
 	require.NoError(t, err)
-	assert.Empty(t, live)
-	assert.Equal(t, trace.Summary{Allocs: 2, Frees: 1, PeakLiveBytes: 30, Leaked: 1}, trace.Summarize(events))
+	assert.Equal(t, []int64{20, 40, 10, 30}, freed, "block 2 by the trace, then 1, 5, 9")
+	assert.Equal(t, trace.Summary{Allocs: 4, Frees: 1, PeakLiveBytes: 100, Leaked: 3}, trace.Summarize(events))
 }
