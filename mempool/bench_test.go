@@ -52,8 +52,9 @@ func BenchmarkPoolHitNoDropSafety(b *testing.B) {
 }
 
 // BenchmarkPoolParallel is the hot path from GOMAXPROCS goroutines at once.
-func BenchmarkPoolParallel(b *testing.B) {
-	p := benchPool(b)
+func BenchmarkPoolParallel(b *testing.B) { parallelHitLoop(b, benchPool(b)) }
+
+func parallelHitLoop(b *testing.B, p *mempool.Pool) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -156,18 +157,7 @@ func BenchmarkFloorSetFinalizerParallel(b *testing.B) {
 
 // BenchmarkPoolParallelNoDropSafety is the parallel hot path without finalizers.
 func BenchmarkPoolParallelNoDropSafety(b *testing.B) {
-	p := benchPool(b, mempool.WithDropSafety(false))
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			x, err := p.Allocate(benchSize)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			x.Close()
-		}
-	})
+	parallelHitLoop(b, benchPool(b, mempool.WithDropSafety(false)))
 }
 
 // BenchmarkPoolHitNoopHook is PoolHitNoDropSafety with one hook that does

@@ -100,6 +100,20 @@ func (i *injector) Allocate(size int64) (*cl.Buffer, error) {
 	return i.Allocator.Allocate(size)
 }
 
+// newFixtureHoldingOneBlock is a fixture whose allocator an injector wraps,
+// with one 64-byte block held for the pool to free on an out-of-memory.
+func newFixtureHoldingOneBlock(t *testing.T) (*fixture, *injector) {
+	var inj *injector
+	f := newFixture(t, func(a allocator.Allocator) allocator.Allocator {
+		inj = &injector{Allocator: a}
+		return inj
+	})
+	held, err := f.pool.Allocate(64)
+	require.NoError(t, err)
+	require.NoError(t, held.Close())
+	return f, inj
+}
+
 // freeRecorder records the sizes of the buffers freed, in order.
 type freeRecorder struct {
 	allocator.Allocator

@@ -377,18 +377,10 @@ func TestOutOfMemoryWhenNothingIsLeftToFree(t *testing.T) {
 }
 
 func TestOtherAllocatorErrorsReturnAtOnce(t *testing.T) {
-	var inj *injector
-	f := newFixture(t, func(a allocator.Allocator) allocator.Allocator {
-		inj = &injector{Allocator: a}
-		return inj
-	})
-	held, err := f.pool.Allocate(64)
-	require.NoError(t, err)
-	require.NoError(t, held.Close())
-
+	f, inj := newFixtureHoldingOneBlock(t)
 	inj.failNext(&cl.CallError{Call: "clCreateBuffer", Status: cl.ErrInvalidValue})
 	calls := inj.calls
-	_, err = f.pool.Allocate(4096)
+	_, err := f.pool.Allocate(4096)
 	require.ErrorIs(t, err, cl.ErrInvalidValue)
 	assert.NotErrorIs(t, err, mempool.ErrOutOfMemory)
 	assert.Contains(t, err.Error(), "clCreateBuffer")
@@ -402,14 +394,7 @@ func TestOtherAllocatorErrorsReturnAtOnce(t *testing.T) {
 func TestEachOutOfMemoryStatusTriggersTheRetry(t *testing.T) {
 	for _, st := range []cl.Status{cl.ErrMemObjectAllocationFailure, cl.ErrOutOfResources, cl.ErrOutOfHostMemory} {
 		t.Run(st.Name(), func(t *testing.T) {
-			var inj *injector
-			f := newFixture(t, func(a allocator.Allocator) allocator.Allocator {
-				inj = &injector{Allocator: a}
-				return inj
-			})
-			held, err := f.pool.Allocate(64)
-			require.NoError(t, err)
-			require.NoError(t, held.Close())
+			f, inj := newFixtureHoldingOneBlock(t)
 			inj.failNext(errors.Join(errors.New("wrapped"), &cl.CallError{Call: "clEnqueueWriteBuffer", Status: st}))
 			b, err := f.pool.Allocate(4096)
 			require.NoError(t, err, "the retry after freeing the held block succeeds")
