@@ -22,12 +22,13 @@ type PooledBuffer struct {
 	buf    *cl.Buffer // nil once closed
 	size   int64
 	bin    uint32
+	exact  bool // a block of exactly size bytes, not the bin's AllocSize (see Pool.Allocate)
 	closed bool // guarded by pool.mu
 }
 
 // wrap hands out buf for a request of size bytes.
-func (p *Pool) wrap(hooks hookList, buf *cl.Buffer, bn uint32, size int64) *PooledBuffer {
-	b := &PooledBuffer{pool: p, buf: buf, bin: bn, size: size}
+func (p *Pool) wrap(hooks hookList, buf *cl.Buffer, bn uint32, size int64, exact bool) *PooledBuffer {
+	b := &PooledBuffer{pool: p, buf: buf, bin: bn, size: size, exact: exact}
 	if p.dropSafety {
 		runtime.SetFinalizer(b, (*PooledBuffer).reclaim)
 	}
@@ -41,8 +42,16 @@ func (p *Pool) wrap(hooks hookList, buf *cl.Buffer, bn uint32, size int64) *Pool
 // PooledBuffers alive at one time (like CuPy's pmem_id, it is an address).
 func (b *PooledBuffer) ID() uint64 { return uint64(uintptr(unsafe.Pointer(b))) }
 
+// allocSize returns the bytes of the block.
+func (b *PooledBuffer) allocSize() int64 {
+	if b.exact {
+		return max(b.size, 1)
+	}
+	return AllocSize(b.bin, b.pool.leadingBits)
+}
+
 // Buffer returns the device buffer, whose size is the bin's AllocSize (at
-// least Size), or nil after Close. Like the rest of a PooledBuffer, it is
+// least Size; exactly Size near the device's limit), or nil after Close. Like the rest of a PooledBuffer, it is
 // for one goroutine at a time: calling it while another goroutine Closes
 // the buffer is a misuse that the race detector reports.
 func (b *PooledBuffer) Buffer() *cl.Buffer { return b.buf }

@@ -109,11 +109,12 @@ func (p *Pool) emit(hooks hookList, e Event) {
 // mallocFailed tells the hooks of a failed Allocate and returns its error.
 func (p *Pool) mallocFailed(hooks hookList, size int64, bn uint32, err error) error {
 	if hooks != nil {
-		p.emit(hooks, Event{Kind: MallocAfter, Size: size, AllocSize: AllocSize(bn, p.leadingBits), Err: err})
+		n, _ := p.blockSize(bn, size)
+		p.emit(hooks, Event{Kind: MallocAfter, Size: size, AllocSize: n, Err: err})
 	}
 	return err
 }
 
 func (b *PooledBuffer) event(k EventKind, buf *cl.Buffer) Event {
-	return Event{Kind: k, Size: b.size, AllocSize: AllocSize(b.bin, b.pool.leadingBits), Buffer: buf, BlockID: b.ID()}
+	return Event{Kind: k, Size: b.size, AllocSize: b.allocSize(), Buffer: buf, BlockID: b.ID()}
 }

@@ -20,6 +20,7 @@ import (
 type Pool struct {
 	alloc       allocator.Allocator
 	device      *cl.Device // for hooks and errors; nil if the allocator does not say
+	maxAlloc    int64      // the device's largest buffer; 0 if unknown
 	leadingBits int
 	limit       int64 // 0: no limit
 	dropSafety  bool
@@ -72,6 +73,9 @@ func New(a allocator.Allocator, opts ...Option) (*Pool, error) {
 		return nil, fmt.Errorf("mempool: New: negative limit %d", p.limit)
 	}
 	p.bins = newBinTable(p.leadingBits)
+	if p.device != nil {
+		p.maxAlloc = p.device.MaxMemAllocSize
+	}
 	p.s.LeadingBits, p.s.Limit, p.s.Holding = p.leadingBits, p.limit, true
 	return p, nil
 }
@@ -80,6 +84,11 @@ func New(a allocator.Allocator, opts ...Option) (*Pool, error) {
 // back block of size's bin if there is one, else a new block of the bin's
 // AllocSize from the allocator. Allocate(0) returns a real 1-byte block. A
 // negative size is an error, and changes nothing.
+//
+// Near the device's largest buffer (MaxMemAllocSize), a bin's AllocSize can
+// pass the limit while the request does not: such a request gets a block of
+// exactly its size, which is freed on Close rather than held, since it is
+// too small for the rest of its bin. (PyOpenCL fails these requests.)
 func (p *Pool) Allocate(size int64) (*PooledBuffer, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("mempool: Allocate(%d): negative size: %w", size, cl.ErrInvalidBufferSize)
@@ -87,7 +96,8 @@ func (p *Pool) Allocate(size int64) (*PooledBuffer, error) {
 	bn := BinNumber(size, p.leadingBits)
 	hooks := p.hooks.Load()
 	if hooks != nil {
-		p.emit(hooks, Event{Kind: MallocBefore, Size: size, AllocSize: AllocSize(bn, p.leadingBits)})
+		n, _ := p.blockSize(bn, size)
+		p.emit(hooks, Event{Kind: MallocBefore, Size: size, AllocSize: n})
 	}
 	p.mu.Lock()
 	if p.closed {
@@ -101,16 +111,27 @@ func (p *Pool) Allocate(size int64) (*PooledBuffer, error) {
 		p.s.HeldBytes -= b.allocSize
 		p.activate(b.allocSize, size)
 		p.mu.Unlock()
-		return p.wrap(hooks, buf, bn, size), nil
+		return p.wrap(hooks, buf, bn, size, false), nil
 	}
 	p.s.Misses++
 	p.mu.Unlock()
 
-	buf, err := p.allocateBlock(hooks, bn, size)
+	buf, exact, err := p.allocateBlock(hooks, bn, size)
 	if err != nil {
 		return nil, p.mallocFailed(hooks, size, bn, err)
 	}
-	return p.wrap(hooks, buf, bn, size), nil
+	return p.wrap(hooks, buf, bn, size, exact), nil
+}
+
+// blockSize returns the bytes a new block for a request of size in bin bn
+// takes: the bin's AllocSize, or exactly size (exact) where only that fits
+// the device's largest buffer.
+func (p *Pool) blockSize(bn uint32, size int64) (n int64, exact bool) {
+	n = AllocSize(bn, p.leadingBits)
+	if p.maxAlloc > 0 && n > p.maxAlloc && size <= p.maxAlloc {
+		return max(size, 1), true
+	}
+	return n, false
 }
 
 // activate counts a block handed out. p.mu must be held.
@@ -134,10 +155,10 @@ func (p *Pool) deactivate(allocSize, size int64) {
 // under the limit, then asks the allocator, freeing held blocks (largest
 // first) after each out-of-memory until the allocation succeeds or nothing
 // is left to free.
-func (p *Pool) allocateBlock(hooks hookList, bn uint32, size int64) (*cl.Buffer, error) {
-	n := AllocSize(bn, p.leadingBits)
+func (p *Pool) allocateBlock(hooks hookList, bn uint32, size int64) (buf *cl.Buffer, exact bool, err error) {
+	n, exact := p.blockSize(bn, size)
 	if err := p.reserve(size, n); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	collected := false
 	for {
@@ -154,11 +175,11 @@ func (p *Pool) allocateBlock(hooks hookList, bn uint32, size int64) (*cl.Buffer,
 			p.s.Segment.add(n >= SmallBlock, 1)
 			p.activate(n, size)
 			p.mu.Unlock()
-			return buf, nil
+			return buf, exact, nil
 		}
 		if !isOutOfMemory(err) {
 			p.unreserve(n)
-			return nil, fmt.Errorf("mempool: allocating %d bytes for a %d-byte request: %w", n, size, err)
+			return nil, false, fmt.Errorf("mempool: allocating %d bytes for a %d-byte request: %w", n, size, err)
 		}
 		p.mu.Lock()
 		p.s.OOMRetries++
@@ -170,7 +191,7 @@ func (p *Pool) allocateBlock(hooks hookList, bn uint32, size int64) (*cl.Buffer,
 		}
 		if !p.freeLargestHeld() {
 			p.unreserve(n)
-			return nil, p.outOfMemory(size, n, err)
+			return nil, false, p.outOfMemory(size, n, err)
 		}
 	}
 }
@@ -238,7 +259,8 @@ func (p *Pool) outOfMemory(size, n int64, cause error) error {
 }
 
 // put takes back the block of a PooledBuffer, marking it closed: the block
-// is held for reuse, or, after StopHolding, freed at once. A PooledBuffer
+// is held for reuse, or, after StopHolding (or for an exact-size block),
+// freed at once. A PooledBuffer
 // already closed returns ErrClosed and changes nothing. The closed mark is
 // guarded by p.mu, which put takes anyway.
 func (p *Pool) put(pb *PooledBuffer) error {
@@ -255,17 +277,19 @@ func (p *Pool) put(pb *PooledBuffer) error {
 		p.emit(hooks, pb.event(FreeBefore, buf))
 		p.mu.Lock()
 	}
-	b := p.bins.make(pb.bin)
-	p.deactivate(b.allocSize, pb.size)
 	var err error
-	if p.holding {
+	if p.holding && !pb.exact {
+		b := p.bins.make(pb.bin)
+		p.deactivate(b.allocSize, pb.size)
 		b.bufs = append(b.bufs, buf)
 		p.s.HeldBlocks++
 		p.s.HeldBytes += b.allocSize
 		p.mu.Unlock()
 	} else {
-		p.s.Segment.sub(b.allocSize >= SmallBlock, 1)
-		p.s.ReservedBytes.sub(b.allocSize >= SmallBlock, b.allocSize)
+		n := pb.allocSize()
+		p.deactivate(n, pb.size)
+		p.s.Segment.sub(n >= SmallBlock, 1)
+		p.s.ReservedBytes.sub(n >= SmallBlock, n)
 		p.mu.Unlock()
 		err = p.freeDevice(buf)
 	}

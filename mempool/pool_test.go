@@ -454,3 +454,42 @@ func TestLimit(t *testing.T) {
 	require.NoError(t, a.Close())
 	require.NoError(t, c.Close())
 }
+
+// A request up to the device's largest buffer must not fail because its
+// bin's AllocSize is larger: it gets a block of exactly its size, freed on
+// Close since it cannot serve the rest of its bin.
+func TestRequestsUpToTheDeviceLimit(t *testing.T) {
+	f := newFixture(t, nil)
+	limit := f.q.Device().MaxMemAllocSize
+	require.Greater(t, mempool.AllocSize(mempool.BinNumber(limit, 4), 4), limit, "the bin of the limit is larger than it")
+	rec := &recorder{}
+	f.pool.AddHook(rec)
+
+	b, err := f.pool.Allocate(limit)
+	require.NoError(t, err)
+	assert.Equal(t, limit, b.Buffer().Size())
+	s := f.pool.Stats()
+	assert.Equal(t, limit, s.ManagedBytes)
+	assert.Equal(t, limit, s.AllocatedBytes.Large.Current)
+	for _, e := range rec.take() {
+		assert.Equal(t, limit, e.AllocSize, "%v", e.Kind)
+	}
+
+	require.NoError(t, b.Close())
+	s = f.pool.Stats()
+	assert.Zero(t, s.HeldBlocks, "an exact-size block is not held")
+	assert.Zero(t, s.ManagedBytes)
+	assert.Equal(t, int64(1), s.DeviceFrees)
+
+	// A request whose bin fits is binned and held as usual.
+	half := limit/2 + 1
+	require.LessOrEqual(t, mempool.AllocSize(mempool.BinNumber(half, 4), 4), limit)
+	h, err := f.pool.Allocate(half)
+	require.NoError(t, err)
+	assert.Equal(t, mempool.AllocSize(mempool.BinNumber(half, 4), 4), h.Buffer().Size())
+	require.NoError(t, h.Close())
+	assert.Equal(t, 1, f.pool.HeldBlocks())
+
+	_, err = f.pool.Allocate(limit + 1)
+	assert.ErrorIs(t, err, cl.ErrInvalidBufferSize, "over the limit stays refused")
+}
