@@ -13,7 +13,9 @@
 // leading_bits_in_bin_id, 4 by default, set with WithLeadingBits). A miss
 // allocates AllocSize(bin) bytes, the largest size of the bin, so every
 // block of a bin serves every request of it; a block wastes at most 1/2^lb
-// of its size. Both functions match PyOpenCL exactly.
+// of its size. Both functions match PyOpenCL exactly. One departure: a
+// request the device can hold whose bin's AllocSize it cannot (near
+// MaxMemAllocSize) gets a block of exactly its size, freed on Close.
 //
 // # Lifecycle
 //
