@@ -15,4 +15,14 @@ static inline cl_int clpool_touch(cl_command_queue q, cl_mem m, size_t n) {
 	return clEnqueueWriteBuffer(q, m, CL_FALSE, 0, n, &clpool_zero, 0, NULL, NULL);
 }
 
+// clpool_transfer is clEnqueueWriteBuffer (write != 0) or
+// clEnqueueReadBuffer, whose arguments are the same, so that one Go
+// function serves both.
+static inline cl_int clpool_transfer(int write, cl_command_queue q, cl_mem m, cl_bool blocking,
+		size_t offset, size_t size, void *ptr, cl_uint nwait, const cl_event *wait, cl_event *ev) {
+	if (write)
+		return clEnqueueWriteBuffer(q, m, blocking, offset, size, ptr, nwait, wait, ev);
+	return clEnqueueReadBuffer(q, m, blocking, offset, size, ptr, nwait, wait, ev);
+}
+
 #endif

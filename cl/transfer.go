@@ -75,36 +75,17 @@ func (q *CommandQueue) finishEnqueue(call string, code C.cl_int, ev C.cl_event, 
 // returns an Event that pins src until the write completes: Wait for it or
 // Release it, and leave src alone meanwhile.
 func (q *CommandQueue) EnqueueWriteBuffer(b *Buffer, blocking bool, offset int64, src []byte, wait ...*Event) (*Event, error) {
-	const call = "clEnqueueWriteBuffer"
-	qid, mem, err := q.transferArgs(call, b, offset)
-	if err != nil {
-		return nil, err
-	}
-	list, n, err := waitList(call, wait)
-	if err != nil {
-		return nil, err
-	}
-	if q.ctx.serial {
-		serialMu.Lock()
-		defer serialMu.Unlock()
-	}
-	p, pin := hostPtr(src, blocking)
-	var ev C.cl_event
-	evp := &ev
-	if blocking {
-		evp = nil
-	}
-	code := C.clEnqueueWriteBuffer(qid, mem, cBool(blocking), C.size_t(offset), C.size_t(len(src)), p, n, list, evp)
-	runtime.KeepAlive(q)
-	runtime.KeepAlive(b)
-	runtime.KeepAlive(wait)
-	return q.finishEnqueue(call, code, ev, pin, !blocking)
+	return q.enqueueTransfer("clEnqueueWriteBuffer", 1, b, blocking, offset, src, wait)
 }
 
 // EnqueueReadBuffer copies len(dst) bytes of b at offset into dst. Blocking
 // and non-blocking reads behave as for EnqueueWriteBuffer.
 func (q *CommandQueue) EnqueueReadBuffer(b *Buffer, blocking bool, offset int64, dst []byte, wait ...*Event) (*Event, error) {
-	const call = "clEnqueueReadBuffer"
+	return q.enqueueTransfer("clEnqueueReadBuffer", 0, b, blocking, offset, dst, wait)
+}
+
+// enqueueTransfer enqueues a write (write 1) or read (write 0) of data.
+func (q *CommandQueue) enqueueTransfer(call string, write C.int, b *Buffer, blocking bool, offset int64, data []byte, wait []*Event) (*Event, error) {
 	qid, mem, err := q.transferArgs(call, b, offset)
 	if err != nil {
 		return nil, err
@@ -117,13 +98,13 @@ func (q *CommandQueue) EnqueueReadBuffer(b *Buffer, blocking bool, offset int64,
 		serialMu.Lock()
 		defer serialMu.Unlock()
 	}
-	p, pin := hostPtr(dst, blocking)
+	p, pin := hostPtr(data, blocking)
 	var ev C.cl_event
 	evp := &ev
 	if blocking {
 		evp = nil
 	}
-	code := C.clEnqueueReadBuffer(qid, mem, cBool(blocking), C.size_t(offset), C.size_t(len(dst)), p, n, list, evp)
+	code := C.clpool_transfer(write, qid, mem, cBool(blocking), C.size_t(offset), C.size_t(len(data)), p, n, list, evp)
 	runtime.KeepAlive(q)
 	runtime.KeepAlive(b)
 	runtime.KeepAlive(wait)
