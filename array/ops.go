@@ -35,15 +35,7 @@ func binary[T Elem](name string, x, y *Array[T]) (*Array[T], error) {
 	if err := x.check(name, y); err != nil {
 		return nil, err
 	}
-	z, err := newArray[T](x.q, x.n, x.alloc)
-	if err != nil {
-		return nil, err
-	}
-	if err := z.binaryInto(x, name, y); err != nil {
-		z.Close()
-		return nil, err
-	}
-	return z, nil
+	return unary(x, func(z *Array[T]) error { return z.binaryInto(x, name, y) })
 }
 
 // binaryInto sets z to x op y.
