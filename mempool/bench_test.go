@@ -2,6 +2,7 @@ package mempool_test
 
 import (
 	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/clpool/clpool/allocator"
@@ -107,11 +108,9 @@ func BenchmarkImmediate(b *testing.B) {
 // twin has the layout of a PooledBuffer, so that the floors below allocate
 // the same object the pool does.
 type twin struct {
-	pool   *mempool.Pool
-	buf    *cl.Buffer
-	size   int64
-	bin    uint32
-	closed bool
+	bin  *struct{}
+	buf  *cl.Buffer
+	size int64
 }
 
 var sink *twin
@@ -175,4 +174,66 @@ func BenchmarkPoolHitHookRemoved(b *testing.B) {
 	remove := p.AddHook(mempool.HookFunc(func(mempool.Event) {}))
 	remove()
 	hitLoop(b, p)
+}
+
+// freeList is the least a pool can be: one mutex-guarded stack of blocks,
+// no bins and no counters. The floors below measure it, alone and with a
+// finalizer per hand-out, to show what the pool's design can reach.
+type freeList struct {
+	mu   sync.Mutex
+	bufs []*cl.Buffer
+}
+
+func (l *freeList) pop() *cl.Buffer {
+	l.mu.Lock()
+	buf := l.bufs[len(l.bufs)-1]
+	l.bufs = l.bufs[:len(l.bufs)-1]
+	l.mu.Unlock()
+	return buf
+}
+
+func (l *freeList) push(buf *cl.Buffer) {
+	l.mu.Lock()
+	l.bufs = append(l.bufs, buf)
+	l.mu.Unlock()
+}
+
+func newFreeList() *freeList { return &freeList{bufs: make([]*cl.Buffer, 1, 8)} }
+
+// BenchmarkFloorMutexFreeList is a pop and a push: two uncontended lock
+// pairs. The pool's hit without drop safety cannot cost much less.
+func BenchmarkFloorMutexFreeList(b *testing.B) {
+	l := newFreeList()
+	b.ReportAllocs()
+	for b.Loop() {
+		l.push(l.pop())
+	}
+}
+
+// BenchmarkFloorMutexFreeListFinalizer adds the object a hit hands out,
+// with its finalizer set and cleared: the least a hit with drop safety can
+// cost when blocks live under a lock.
+func BenchmarkFloorMutexFreeListFinalizer(b *testing.B) {
+	l := newFreeList()
+	b.ReportAllocs()
+	for b.Loop() {
+		t := &twin{buf: l.pop(), size: benchSize}
+		runtime.SetFinalizer(t, func(*twin) {})
+		l.push(t.buf)
+		runtime.SetFinalizer(t, nil)
+		sink = t
+	}
+}
+
+// BenchmarkFloorMutexFreeListParallel is the free list from GOMAXPROCS
+// goroutines: what one lock shared by all costs.
+func BenchmarkFloorMutexFreeListParallel(b *testing.B) {
+	l := newFreeList()
+	l.bufs = append(l.bufs, nil, nil, nil)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			l.push(l.pop())
+		}
+	})
 }

@@ -55,7 +55,9 @@ const arrayLeadingBits = 10
 // recently given back. Every buffer was allocated with the bin's AllocSize;
 // the pool counts bytes by that, never asking a buffer its size.
 type bin struct {
+	pool      *Pool
 	num       uint32
+	exact     bool // the pool's bin of exact-size blocks: never held, and its blocks' size is their request's
 	allocSize int64
 	bufs      []*cl.Buffer
 }
@@ -63,13 +65,14 @@ type bin struct {
 // binTable finds the bin of a bin number: by two array lookups (exponent,
 // then mantissa) for the usual leading bits, so the hot path hashes nothing.
 type binTable struct {
+	pool  *Pool
 	lb    int
 	exps  [64][]*bin // exps[exponent][mantissa], made when first used
 	byNum map[uint32]*bin
 }
 
-func newBinTable(lb int) binTable {
-	t := binTable{lb: lb}
+func newBinTable(p *Pool, lb int) binTable {
+	t := binTable{pool: p, lb: lb}
 	if lb > arrayLeadingBits {
 		t.byNum = make(map[uint32]*bin)
 	}
@@ -93,7 +96,7 @@ func (t *binTable) make(num uint32) *bin {
 	if b := t.get(num); b != nil {
 		return b
 	}
-	b := &bin{num: num, allocSize: AllocSize(num, t.lb)}
+	b := &bin{pool: t.pool, num: num, allocSize: AllocSize(num, t.lb)}
 	if t.byNum != nil {
 		t.byNum[num] = b
 		return b

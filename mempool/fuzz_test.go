@@ -79,7 +79,8 @@ func FuzzPool(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		count := allocator.NewCounting(d)
 		lb := 2 + len(ops)%3
-		p, err := mempool.New(count, mempool.WithLeadingBits(lb))
+		dropSafety := len(ops)/3%2 == 0
+		p, err := mempool.New(count, mempool.WithLeadingBits(lb), mempool.WithDropSafety(dropSafety))
 		require.NoError(t, err)
 		m := &poolModel{lb: lb, holding: true, held: map[uint32][]*cl.Buffer{}}
 		type live struct {

@@ -116,5 +116,5 @@ func (p *Pool) mallocFailed(hooks hookList, size int64, bn uint32, err error) er
 }
 
 func (b *PooledBuffer) event(k EventKind, buf *cl.Buffer) Event {
-	return Event{Kind: k, Size: b.size, AllocSize: b.allocSize(), Buffer: buf, BlockID: b.ID()}
+	return Event{Kind: k, Size: b.Size(), AllocSize: b.allocSize(), Buffer: buf, BlockID: b.ID()}
 }

@@ -27,11 +27,13 @@ type Pool struct {
 	hooks       atomic.Pointer[[]*hookEntry] // nil when none: the hot path checks only that
 	hooksMu     sync.Mutex                   // serializes AddHook and its remove
 
-	mu      sync.Mutex
-	bins    binTable // held blocks, by bin
-	holding bool     // false after StopHolding: given-back blocks are freed
-	closed  bool
-	s       Stats // the counters; guarded by mu
+	mu       sync.Mutex
+	bins     binTable       // held blocks, by bin
+	exactBin *bin           // the bin of exact-size blocks, which are never held (see Allocate)
+	slab     []PooledBuffer // handed out one by one without drop safety (see slabBufferLocked)
+	holding  bool           // false after StopHolding: given-back blocks are freed
+	closed   bool
+	s        Stats // the counters; guarded by mu
 }
 
 // Option configures a Pool.
@@ -72,7 +74,8 @@ func New(a allocator.Allocator, opts ...Option) (*Pool, error) {
 	if p.limit < 0 {
 		return nil, fmt.Errorf("mempool: New: negative limit %d", p.limit)
 	}
-	p.bins = newBinTable(p.leadingBits)
+	p.bins = newBinTable(p, p.leadingBits)
+	p.exactBin = &bin{pool: p, exact: true}
 	if p.device != nil {
 		p.maxAlloc = p.device.MaxMemAllocSize
 	}
@@ -110,17 +113,18 @@ func (p *Pool) Allocate(size int64) (*PooledBuffer, error) {
 		p.s.HeldBlocks--
 		p.s.HeldBytes -= b.allocSize
 		p.activate(b.allocSize, size)
+		pb := p.slabBufferLocked()
 		p.mu.Unlock()
-		return p.wrap(hooks, buf, bn, size, false), nil
+		return p.wrap(hooks, pb, b, buf, size), nil
 	}
 	p.s.Misses++
 	p.mu.Unlock()
 
-	buf, exact, err := p.allocateBlock(hooks, bn, size)
+	b, buf, pb, err := p.allocateBlock(hooks, bn, size)
 	if err != nil {
 		return nil, p.mallocFailed(hooks, size, bn, err)
 	}
-	return p.wrap(hooks, buf, bn, size, exact), nil
+	return p.wrap(hooks, pb, b, buf, size), nil
 }
 
 // blockSize returns the bytes a new block for a request of size in bin bn
@@ -154,11 +158,12 @@ func (p *Pool) deactivate(allocSize, size int64) {
 // allocateBlock gets a new block for a miss: it reserves the bin's bytes
 // under the limit, then asks the allocator, freeing held blocks (largest
 // first) after each out-of-memory until the allocation succeeds or nothing
-// is left to free.
-func (p *Pool) allocateBlock(hooks hookList, bn uint32, size int64) (buf *cl.Buffer, exact bool, err error) {
+// is left to free. It returns the block's bin (p.exactBin for an
+// exact-size block) and, without drop safety, the PooledBuffer to wrap it in.
+func (p *Pool) allocateBlock(hooks hookList, bn uint32, size int64) (b *bin, buf *cl.Buffer, pb *PooledBuffer, err error) {
 	n, exact := p.blockSize(bn, size)
 	if err := p.reserve(size, n); err != nil {
-		return nil, false, err
+		return nil, nil, nil, err
 	}
 	collected := false
 	for {
@@ -174,12 +179,17 @@ func (p *Pool) allocateBlock(hooks hookList, bn uint32, size int64) (buf *cl.Buf
 			p.s.DeviceAllocs++
 			p.s.Segment.add(n >= SmallBlock, 1)
 			p.activate(n, size)
+			b := p.exactBin
+			if !exact {
+				b = p.bins.make(bn)
+			}
+			pb := p.slabBufferLocked()
 			p.mu.Unlock()
-			return buf, exact, nil
+			return b, buf, pb, nil
 		}
 		if !isOutOfMemory(err) {
 			p.unreserve(n)
-			return nil, false, fmt.Errorf("mempool: allocating %d bytes for a %d-byte request: %w", n, size, err)
+			return nil, nil, nil, fmt.Errorf("mempool: allocating %d bytes for a %d-byte request: %w", n, size, err)
 		}
 		p.mu.Lock()
 		p.s.OOMRetries++
@@ -191,7 +201,7 @@ func (p *Pool) allocateBlock(hooks hookList, bn uint32, size int64) (buf *cl.Buf
 		}
 		if !p.freeLargestHeld() {
 			p.unreserve(n)
-			return nil, false, p.outOfMemory(size, n, err)
+			return nil, nil, nil, p.outOfMemory(size, n, err)
 		}
 	}
 }
@@ -258,36 +268,36 @@ func (p *Pool) outOfMemory(size, n int64, cause error) error {
 	return e
 }
 
-// put takes back the block of a PooledBuffer, marking it closed: the block
-// is held for reuse, or, after StopHolding (or for an exact-size block),
-// freed at once. A PooledBuffer
-// already closed returns ErrClosed and changes nothing. The closed mark is
-// guarded by p.mu, which put takes anyway.
+// put takes back the block of a PooledBuffer, marking it closed (a negative
+// pb.size): the block is held for reuse, or, after StopHolding (or for an
+// exact-size block), freed at once. A PooledBuffer already closed returns
+// ErrClosed and changes nothing. The closed mark is guarded by p.mu, which
+// put takes anyway.
 func (p *Pool) put(pb *PooledBuffer) error {
 	hooks := p.hooks.Load()
 	p.mu.Lock()
-	if pb.closed {
+	size := pb.size
+	if size < 0 {
 		p.mu.Unlock()
 		return ErrClosed
 	}
 	buf := pb.buf
-	pb.closed, pb.buf = true, nil // before the hook: a racing Close gets ErrClosed
+	pb.size, pb.buf = ^size, nil // closed before the hook: a racing Close gets ErrClosed
 	if hooks != nil {
 		p.mu.Unlock()
 		p.emit(hooks, pb.event(FreeBefore, buf))
 		p.mu.Lock()
 	}
 	var err error
-	if p.holding && !pb.exact {
-		b := p.bins.make(pb.bin)
-		p.deactivate(b.allocSize, pb.size)
+	if b := pb.bin; p.holding && !b.exact {
+		p.deactivate(b.allocSize, size)
 		b.bufs = append(b.bufs, buf)
 		p.s.HeldBlocks++
 		p.s.HeldBytes += b.allocSize
 		p.mu.Unlock()
 	} else {
 		n := pb.allocSize()
-		p.deactivate(n, pb.size)
+		p.deactivate(n, size)
 		p.s.Segment.sub(n >= SmallBlock, 1)
 		p.s.ReservedBytes.sub(n >= SmallBlock, n)
 		p.mu.Unlock()

@@ -307,6 +307,35 @@ func TestWithoutDropSafetyADroppedBufferIsLost(t *testing.T) {
 	assert.ErrorIs(t, b.Close(), mempool.ErrClosed)
 }
 
+// Without drop safety, the pool hands out PooledBuffers from slabs it
+// allocates a few dozen at a time; each is still used once, so a stale
+// pointer, kept past Close and past many later Allocates, sees only its own
+// Close.
+func TestWithoutDropSafetyEveryBufferIsItsOwn(t *testing.T) {
+	f := newFixture(t, nil, mempool.WithDropSafety(false))
+	const n = 200 // several slabs
+	var closed []*mempool.PooledBuffer
+	ids := map[uint64]bool{}
+	for i := range n {
+		b, err := f.pool.Allocate(int64(100 + i%3))
+		require.NoError(t, err)
+		assert.False(t, ids[b.ID()], "a live id is never handed out again")
+		ids[b.ID()] = true
+		assert.Equal(t, int64(100+i%3), b.Size())
+		require.NoError(t, b.Close())
+		closed = append(closed, b)
+	}
+	before := f.pool.Stats()
+	assert.Equal(t, int64(n-1), before.Hits, "one block served every request")
+	for i, b := range closed {
+		assert.True(t, b.Closed())
+		assert.Nil(t, b.Buffer())
+		assert.Equal(t, int64(100+i%3), b.Size(), "Size still says what was asked")
+		assert.ErrorIs(t, b.Close(), mempool.ErrClosed)
+	}
+	assert.Equal(t, before, f.pool.Stats(), "stale Closes change nothing")
+}
+
 func TestOutOfMemoryFreesHeldBlocksLargestFirst(t *testing.T) {
 	var rec *freeRecorder
 	size := func(n int64) int64 { return mempool.AllocSize(mempool.BinNumber(n, 4), 4) }

@@ -20,9 +20,15 @@ var stressSizes = []int64{0, 1, 64, 100, 101, 4096, 4100, 5000, 65536, 70000, 1 
 
 // TestStress runs goroutines that allocate, write, close and sometimes drop
 // buffers of random sizes while another frees held blocks, then checks that
-// the counters add up and every device allocation was freed once.
+// the counters add up and every device allocation was freed once. Without
+// drop safety, nothing is dropped (it would leak).
 func TestStress(t *testing.T) {
-	f := newFixture(t, nil)
+	t.Run("drop safety", func(t *testing.T) { stress(t, true) })
+	t.Run("without drop safety", func(t *testing.T) { stress(t, false) })
+}
+
+func stress(t *testing.T, dropSafety bool) {
+	f := newFixture(t, nil, mempool.WithDropSafety(dropSafety))
 	workers, ops := 8, 2000
 	if testing.Short() {
 		ops = 300
@@ -63,7 +69,7 @@ func TestStress(t *testing.T) {
 				i := rng.IntN(len(live))
 				b := live[i]
 				live = append(live[:i], live[i+1:]...)
-				if rng.IntN(50) == 0 {
+				if dropSafety && rng.IntN(50) == 0 {
 					drops.Add(1) // dropped: the GC gives it back
 					continue
 				}
