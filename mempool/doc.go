@@ -25,8 +25,9 @@
 //	b.Close()                         // back to the pool, held for reuse
 //
 // A PooledBuffer dropped without Close goes back after the garbage collector
-// finds it unreachable (turn that off with WithDropSafety(false) to save
-// its cost). FreeHeld frees what the pool holds; StopHolding frees it and
+// finds it unreachable. That costs a finalizer per Allocate, most of a hit's
+// price; WithDropSafety(false) turns it off, and a hit then allocates
+// nothing at all. FreeHeld frees what the pool holds; StopHolding frees it and
 // makes every later Close free its block at once. Close refuses further
 // Allocates.
 //
