@@ -162,7 +162,7 @@ func (p *Pool) deactivate(allocSize, size int64) {
 // first) after each out-of-memory until the allocation succeeds or nothing
 // is left to free. It returns the block's bin (p.exactBin for an
 // exact-size block) and, without drop safety, the PooledBuffer to wrap it in.
-func (p *Pool) allocateBlock(hooks hookList, bn uint32, size int64) (b *bin, buf *cl.Buffer, pb *PooledBuffer, err error) {
+func (p *Pool) allocateBlock(hooks hookList, bn uint32, size int64) (*bin, *cl.Buffer, *PooledBuffer, error) {
 	n, exact := p.blockSize(bn, size)
 	if err := p.reserve(size, n); err != nil {
 		return nil, nil, nil, err
