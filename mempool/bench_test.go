@@ -154,6 +154,29 @@ func BenchmarkFloorSetFinalizerParallel(b *testing.B) {
 	})
 }
 
+// BenchmarkFloorSetFinalizerParallelLocked is the parallel floor with the
+// set and the clear each made under one shared mutex, as the pool makes
+// them: the runtime's own lock for finalizer records is then never
+// contended.
+func BenchmarkFloorSetFinalizerParallelLocked(b *testing.B) {
+	var mu sync.Mutex
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		var last *twin
+		for pb.Next() {
+			t := &twin{size: benchSize}
+			mu.Lock()
+			runtime.SetFinalizer(t, func(*twin) {})
+			mu.Unlock()
+			mu.Lock()
+			runtime.SetFinalizer(t, nil)
+			mu.Unlock()
+			last = t
+		}
+		_ = last
+	})
+}
+
 // BenchmarkPoolParallelNoDropSafety is the parallel hot path without finalizers.
 func BenchmarkPoolParallelNoDropSafety(b *testing.B) {
 	parallelHitLoop(b, benchPool(b, mempool.WithDropSafety(false)))

@@ -31,32 +31,44 @@ type PooledBuffer struct {
 // object with pointers fill the 1024-byte size class.
 const slabSize = 42
 
-// slabBufferLocked returns an unused PooledBuffer from the pool's slab,
-// allocating a new slab when the last is used up, so that Allocate without
-// drop safety allocates nothing 41 times out of 42. Each is handed out
-// once, never reused: a stale pointer still sees its own Close. A slab
-// stays in memory while any of its PooledBuffers is reachable (1 KiB).
-// With drop safety it returns nil: a finalizer needs an object of its own,
-// which wrap allocates outside the lock. p.mu must be held.
-func (p *Pool) slabBufferLocked() *PooledBuffer {
+// newPooledBuffer returns what an Allocate hands out, for handOutLocked to
+// ready: with drop safety, a new PooledBuffer, allocated before the pool's
+// lock is taken (allocations on different cores do not wait for each
+// other); without, nil.
+func (p *Pool) newPooledBuffer() *PooledBuffer {
 	if p.dropSafety {
-		return nil
+		return new(PooledBuffer)
+	}
+	return nil
+}
+
+// handOutLocked readies pb, from newPooledBuffer, to be handed out. With
+// drop safety, it sets pb's finalizer. It does so under p.mu on purpose: the
+// runtime keeps finalizer records under one global lock of its own, which
+// costs far more when goroutines contend for it than when p.mu lines them
+// up (put clears the finalizer under p.mu too; see BENCHMARKS.md).
+//
+// Without drop safety, it returns a PooledBuffer from the pool's slab, so
+// that Allocate allocates nothing 41 times out of 42. Each one is handed
+// out once, never reused: a stale pointer still sees its own Close. A slab
+// stays in memory while any of its PooledBuffers is reachable (1 KiB).
+// p.mu must be held.
+func (p *Pool) handOutLocked(pb *PooledBuffer) *PooledBuffer {
+	if pb != nil {
+		runtime.SetFinalizer(pb, (*PooledBuffer).reclaim)
+		return pb
 	}
 	if len(p.slab) == 0 {
 		p.slab = make([]PooledBuffer, slabSize)
 	}
-	pb := &p.slab[0]
+	pb = &p.slab[0]
 	p.slab = p.slab[1:]
 	return pb
 }
 
-// wrap hands out buf, a block of bin b, for a request of size bytes, in pb,
-// or, if pb is nil, in a new PooledBuffer with a finalizer.
+// wrap fills in pb, from handOutLocked, to hand out buf, a block of bin b,
+// for a request of size bytes.
 func (p *Pool) wrap(hooks hookList, pb *PooledBuffer, b *bin, buf *cl.Buffer, size int64) *PooledBuffer {
-	if pb == nil {
-		pb = new(PooledBuffer)
-		runtime.SetFinalizer(pb, (*PooledBuffer).reclaim)
-	}
 	*pb = PooledBuffer{bin: b, buf: buf, size: size}
 	if hooks != nil {
 		p.emit(hooks, pb.event(MallocAfter, buf))
@@ -96,14 +108,7 @@ func (b *PooledBuffer) Closed() bool { return b.size < 0 }
 // Close gives the block back to the pool. A second Close returns ErrClosed.
 // After StopHolding, Close frees the block and returns the allocator's
 // error, if any.
-func (b *PooledBuffer) Close() error {
-	p := b.bin.pool
-	err := p.put(b)
-	if err != ErrClosed && p.dropSafety {
-		runtime.SetFinalizer(b, nil)
-	}
-	return err
-}
+func (b *PooledBuffer) Close() error { return b.bin.pool.put(b) }
 
 // reclaim is the finalizer of a dropped PooledBuffer. The buffer is
 // unreachable, so nothing else can close it meanwhile.

@@ -3,6 +3,7 @@ package mempool
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -30,7 +31,7 @@ type Pool struct {
 	mu       sync.Mutex
 	bins     binTable       // held blocks, by bin
 	exactBin *bin           // the bin of exact-size blocks, which are never held (see Allocate)
-	slab     []PooledBuffer // handed out one by one without drop safety (see slabBufferLocked)
+	slab     []PooledBuffer // handed out one by one without drop safety (see handOutLocked)
 	holding  bool           // false after StopHolding: given-back blocks are freed
 	closed   bool
 	s        Stats // the counters; guarded by mu
@@ -104,6 +105,7 @@ func (p *Pool) Allocate(size int64) (*PooledBuffer, error) {
 		n, _ := p.blockSize(bn, size)
 		p.emit(hooks, Event{Kind: MallocBefore, Size: size, AllocSize: n})
 	}
+	pb := p.newPooledBuffer()
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -115,14 +117,14 @@ func (p *Pool) Allocate(size int64) (*PooledBuffer, error) {
 		p.s.HeldBlocks--
 		p.s.HeldBytes -= b.allocSize
 		p.activate(b.allocSize, size)
-		pb := p.slabBufferLocked()
+		pb = p.handOutLocked(pb)
 		p.mu.Unlock()
 		return p.wrap(hooks, pb, b, buf, size), nil
 	}
 	p.s.Misses++
 	p.mu.Unlock()
 
-	b, buf, pb, err := p.allocateBlock(hooks, bn, size)
+	b, buf, pb, err := p.allocateBlock(hooks, bn, size, pb)
 	if err != nil {
 		return nil, p.mallocFailed(hooks, size, bn, err)
 	}
@@ -161,8 +163,8 @@ func (p *Pool) deactivate(allocSize, size int64) {
 // under the limit, then asks the allocator, freeing held blocks (largest
 // first) after each out-of-memory until the allocation succeeds or nothing
 // is left to free. It returns the block's bin (p.exactBin for an
-// exact-size block) and, without drop safety, the PooledBuffer to wrap it in.
-func (p *Pool) allocateBlock(hooks hookList, bn uint32, size int64) (*bin, *cl.Buffer, *PooledBuffer, error) {
+// exact-size block) and pb, from newPooledBuffer, readied by handOutLocked.
+func (p *Pool) allocateBlock(hooks hookList, bn uint32, size int64, pb *PooledBuffer) (*bin, *cl.Buffer, *PooledBuffer, error) {
 	n, exact := p.blockSize(bn, size)
 	if err := p.reserve(size, n); err != nil {
 		return nil, nil, nil, err
@@ -185,7 +187,7 @@ func (p *Pool) allocateBlock(hooks hookList, bn uint32, size int64) (*bin, *cl.B
 			if !exact {
 				b = p.bins.make(bn)
 			}
-			pb := p.slabBufferLocked()
+			pb = p.handOutLocked(pb)
 			p.mu.Unlock()
 			return b, buf, pb, nil
 		}
@@ -285,6 +287,9 @@ func (p *Pool) put(pb *PooledBuffer) error {
 	}
 	buf := pb.buf
 	pb.size, pb.buf = ^size, nil // closed before the hook: a racing Close gets ErrClosed
+	if p.dropSafety {
+		runtime.SetFinalizer(pb, nil) // under p.mu: see handOutLocked
+	}
 	if hooks != nil {
 		p.mu.Unlock()
 		p.emit(hooks, pb.event(FreeBefore, buf))
