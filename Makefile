@@ -55,14 +55,14 @@ bench: deps
 # replay runs the cg trace through every allocator configuration.
 replay: deps
 	$(GO) build -o $(BUILD)/clpool ./cmd/clpool
-	$(BUILD)/clpool replay testdata/cg.tsv
+	$(BUILD)/clpool replay -warmup 50 testdata/cg.tsv
 
 # bench-pyopencl replays the same trace through PyOpenCL and clpool in one run.
 bench-pyopencl: deps
 	@dpkg -s python3-pyopencl >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq python3-pyopencl >/dev/null; }
 	$(GO) build -o $(BUILD)/clpool ./cmd/clpool
-	/usr/bin/python3 -W ignore scripts/bench_pyopencl.py $(BUILD)/clpool testdata/cg.tsv 5
+	/usr/bin/python3 -W ignore scripts/bench_pyopencl.py $(BUILD)/clpool testdata/cg.tsv 5 50
 
 fuzz: deps
 	$(GO) test -run '^$$' -fuzz FuzzPool -fuzztime 60s ./mempool/

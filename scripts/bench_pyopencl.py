@@ -2,7 +2,10 @@
 through clpool's, in the same run on the same device, and prints both with the
 ratio. Run by `make bench-pyopencl`; needs Debian's python3-pyopencl.
 
-    /usr/bin/python3 scripts/bench_pyopencl.py CLPOOL_BINARY TRACE [RUNS]
+    /usr/bin/python3 scripts/bench_pyopencl.py CLPOOL_BINARY TRACE [RUNS [WARMUP]]
+
+Both sides replay WARMUP untimed runs (default 50) before each timed set:
+fewer leave clpool's figures depending on what ran before in the process.
 """
 import statistics
 import subprocess
@@ -55,6 +58,7 @@ def timed(events, queue, alloc, free, warmup, runs):
 def main():
     binary, trace_path = sys.argv[1], sys.argv[2]
     runs = int(sys.argv[3]) if len(sys.argv) > 3 else 5
+    warmup = int(sys.argv[4]) if len(sys.argv) > 4 else 50
     events = read_trace(trace_path)
 
     platform = next(p for p in cl.get_platforms() if "portable" in p.name.lower() or "pocl" in p.version.lower())
@@ -63,14 +67,14 @@ def main():
 
     py = {}
     deferred = cl_tools.DeferredAllocator(ctx)
-    py["deferred"] = timed(events, queue, deferred, release, 1, runs)
+    py["deferred"] = timed(events, queue, deferred, release, warmup, runs)
     immediate = cl_tools.ImmediateAllocator(queue)
-    py["immediate"] = timed(events, queue, immediate, release, 1, runs)
+    py["immediate"] = timed(events, queue, immediate, release, warmup, runs)
     pool = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(queue))
-    py["pool-immediate"] = timed(events, queue, pool.allocate, release, 1, runs)
+    py["pool-immediate"] = timed(events, queue, pool.allocate, release, warmup, runs)
     py_peak_managed = pool.managed_bytes  # what it holds once everything is freed
 
-    out = subprocess.run([binary, "replay", "-format", "tsv", "-runs", str(runs),
+    out = subprocess.run([binary, "replay", "-format", "tsv", "-runs", str(runs), "-warmup", str(warmup),
                           "-configs", "deferred,immediate,pool-immediate,pool-immediate-nodrop", trace_path],
                          check=True, capture_output=True, text=True).stdout
     ours = {}
@@ -78,8 +82,8 @@ def main():
         fields = line.split("\t")
         ours[fields[0]] = float(fields[1])
 
-    print("%s: %d events, %s, median of %d warm runs each, PyOpenCL %s" %
-          (trace_path, len(events), ctx.devices[0].name, runs, cl.VERSION_TEXT))
+    print("%s: %d events, %s, median of %d runs each after %d warm-up runs, PyOpenCL %s" %
+          (trace_path, len(events), ctx.devices[0].name, runs, warmup, cl.VERSION_TEXT))
     print("%-34s %14s %14s %8s" % ("configuration", "PyOpenCL ns/ev", "clpool ns/ev", "speedup"))
     rows = [("raw DeferredAllocator", "deferred", "deferred"),
             ("raw ImmediateAllocator", "immediate", "immediate"),
