@@ -3,6 +3,7 @@ package array
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/clpool/clpool/cl"
@@ -30,6 +31,8 @@ var (
 	ErrLengthMismatch  = errors.New("array: lengths differ")
 	ErrContextMismatch = errors.New("array: arrays of different contexts")
 	ErrEmpty           = errors.New("array: empty array")
+	ErrOutOfRange      = errors.New("array: slice bounds out of range")
+	ErrOverlap         = errors.New("array: an in-place result overlaps an operand at another offset")
 )
 
 // Array is a 1-D array of n elements of T in device memory, on a command
@@ -37,12 +40,23 @@ var (
 // arrays on the same queue, allocated by the same allocator, temporaries
 // included. An Array is not safe for concurrent use (as a slice is not);
 // the kernels behind it are.
+//
+// An Array may be a view (see Slice): its elements are then a window of
+// another array's memory, starting at Offset.
 type Array[T Elem] struct {
 	q      *cl.CommandQueue
 	n      int
-	block  Block // nil when n == 0
+	off    int      // the index of element 0 in the storage's buffer
+	store  *storage // nil when n == 0
 	alloc  Alloc
 	closed bool
+}
+
+// storage is the block an array shares with its views. It goes back to
+// the allocator when the last of them is closed.
+type storage struct {
+	block Block
+	refs  atomic.Int32 // the open arrays over it
 }
 
 // adapt turns any allocator function into an Alloc.
@@ -82,7 +96,8 @@ func newArray[T Elem](q *cl.CommandQueue, n int, alloc Alloc) (*Array[T], error)
 	if err != nil {
 		return nil, fmt.Errorf("array: allocating %d elements: %w", n, err)
 	}
-	a.block = b
+	a.store = &storage{block: b}
+	a.store.refs.Store(1)
 	return a, nil
 }
 
@@ -110,7 +125,7 @@ func Arange[T Elem, B Block](q *cl.CommandQueue, n int, start, step T, alloc fun
 	if err != nil || n == 0 {
 		return a, err
 	}
-	if err := run[T](q, "arange", n, nil, a.buf(), start, step, int64(n)); err != nil {
+	if err := run[T](q, "arange", n, nil, a.buf(), a.offset(), start, step, int64(n)); err != nil {
 		a.Close()
 		return nil, err
 	}
@@ -139,16 +154,46 @@ func (a *Array[T]) Queue() *cl.CommandQueue { return a.q }
 // Allocator returns the allocator the array and its results use.
 func (a *Array[T]) Allocator() Alloc { return a.alloc }
 
-// Buffer returns the device buffer (nil for an empty or closed array). Its
-// first Len elements are the array's; it may be longer (a pool's block).
+// Buffer returns the device buffer (nil for an empty or closed array). The
+// array's elements are Len elements from Offset on; the buffer may be
+// longer (a pool's block, or the memory of the array a view was sliced
+// from).
 func (a *Array[T]) Buffer() *cl.Buffer {
-	if a.closed || a.block == nil {
+	if a.closed || a.store == nil {
 		return nil
 	}
-	return a.block.Buffer()
+	return a.store.block.Buffer()
 }
 
-func (a *Array[T]) buf() *cl.Buffer { return a.block.Buffer() }
+// Offset returns the index in Buffer of the array's first element: 0 but
+// for views.
+func (a *Array[T]) Offset() int { return a.off }
+
+// buf and offset are a kernel's arguments for the array: its buffer, and
+// the index of its first element there.
+func (a *Array[T]) buf() *cl.Buffer { return a.store.block.Buffer() }
+func (a *Array[T]) offset() int64   { return int64(a.off) }
+
+// Slice returns a view of the elements lo to hi-1, as a[lo:hi] is of a Go
+// slice: an array over the same memory, so that each sees what the other
+// writes. Results of operations on a view are new arrays, as for any array.
+// The memory goes back to the allocator when a and all views of it are
+// closed, in any order. Bounds outside 0 <= lo <= hi <= Len are an error
+// (ErrOutOfRange).
+func (a *Array[T]) Slice(lo, hi int) (*Array[T], error) {
+	if a.closed {
+		return nil, fmt.Errorf("array: slice: %w", ErrClosed)
+	}
+	if lo < 0 || hi < lo || hi > a.n {
+		return nil, fmt.Errorf("array: slice [%d:%d] of %d elements: %w", lo, hi, a.n, ErrOutOfRange)
+	}
+	v := &Array[T]{q: a.q, n: hi - lo, alloc: a.alloc}
+	if v.n > 0 {
+		v.store, v.off = a.store, a.off+lo
+		a.store.refs.Add(1)
+	}
+	return v, nil
+}
 
 // Get downloads the array, waiting for the operations before it.
 func (a *Array[T]) Get() ([]T, error) {
@@ -159,7 +204,7 @@ func (a *Array[T]) Get() ([]T, error) {
 	if a.n == 0 {
 		return out, nil
 	}
-	if err := a.q.ReadBuffer(a.buf(), 0, cl.Bytes(out)); err != nil {
+	if err := a.q.ReadBuffer(a.buf(), a.offset()*elemSize[T](), cl.Bytes(out)); err != nil {
 		return nil, fmt.Errorf("array: download: %w", err)
 	}
 	return out, nil
@@ -174,7 +219,7 @@ func (a *Array[T]) Copy() (*Array[T], error) {
 	if err != nil || a.n == 0 {
 		return c, err
 	}
-	ev, err := a.q.EnqueueCopyBuffer(a.buf(), c.buf(), 0, 0, int64(a.n)*elemSize[T]())
+	ev, err := a.q.EnqueueCopyBuffer(a.buf(), c.buf(), a.offset()*elemSize[T](), 0, int64(a.n)*elemSize[T]())
 	if err == nil {
 		err = ev.Release()
 	}
@@ -186,18 +231,18 @@ func (a *Array[T]) Copy() (*Array[T], error) {
 }
 
 // Close gives the array's memory back to its allocator (to the pool, for a
-// pooled one). Commands already enqueued on the array's in-order queue
-// still see the memory: the queue runs them before any later user of the
-// block. A second Close returns ErrClosed.
+// pooled one), once no view of it remains open. Commands already enqueued
+// on the array's in-order queue still see the memory: the queue runs them
+// before any later user of the block. A second Close returns ErrClosed.
 func (a *Array[T]) Close() error {
 	if a.closed {
 		return ErrClosed
 	}
 	a.closed = true
-	if a.block == nil {
+	if a.store == nil || a.store.refs.Add(-1) > 0 {
 		return nil
 	}
-	return a.block.Close()
+	return a.store.block.Close()
 }
 
 // Closed reports whether Close has been called.
@@ -217,6 +262,18 @@ func (a *Array[T]) check(op string, others ...*Array[T]) error {
 			return fmt.Errorf("array: %s: %w", op, ErrContextMismatch)
 		case o.n != a.n:
 			return fmt.Errorf("array: %s: lengths %d and %d: %w", op, a.n, o.n, ErrLengthMismatch)
+		}
+	}
+	return nil
+}
+
+// checkOverlap returns ErrOverlap if an operand shares z's memory at
+// another offset and overlaps it: an element-wise kernel would then read
+// elements that other work-items have already overwritten.
+func (z *Array[T]) checkOverlap(op string, operands ...*Array[T]) error {
+	for _, x := range operands {
+		if x.store == z.store && x.off != z.off && x.off < z.off+z.n && z.off < x.off+x.n {
+			return fmt.Errorf("array: %s: [%d:%d] and [%d:%d]: %w", op, z.off, z.off+z.n, x.off, x.off+x.n, ErrOverlap)
 		}
 	}
 	return nil

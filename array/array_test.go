@@ -34,18 +34,37 @@ func newPool(t *testing.T, q *cl.CommandQueue) *mempool.Pool {
 }
 
 // checkOps runs every operation on arrays of T and compares with the CPU.
-func checkOps[T array.Elem](t *testing.T, q *cl.CommandQueue, alloc array.Alloc, n int, xs, ys []T, tol float64) {
+// With view > 0, x and y are views into larger arrays, x at offset view
+// and y at 2·view, whose own arrays are closed at once (the views keep the
+// memory).
+func checkOps[T array.Elem](t *testing.T, q *cl.CommandQueue, alloc array.Alloc, n int, xs, ys []T, tol float64, view int) {
 	near := func(want, got T, what string, i int) {
 		t.Helper()
 		if math.Abs(float64(want)-float64(got)) > tol*math.Max(1, math.Abs(float64(want))) {
 			t.Fatalf("%s[%d] = %v, want %v", what, i, got, want)
 		}
 	}
-	x, err := array.FromHost(q, xs, alloc)
-	require.NoError(t, err)
+	upload := func(vals []T, at int) *array.Array[T] {
+		if at == 0 {
+			a, err := array.FromHost(q, vals, alloc)
+			require.NoError(t, err)
+			return a
+		}
+		host := make([]T, at+len(vals)+3)
+		for i := range host {
+			host[i] = 7 // around the view: must not leak into results
+		}
+		copy(host[at:], vals)
+		base, err := array.FromHost(q, host, alloc)
+		require.NoError(t, err)
+		v, err := base.Slice(at, at+len(vals))
+		require.NoError(t, err)
+		require.NoError(t, base.Close())
+		return v
+	}
+	x := upload(xs, view)
 	defer x.Close()
-	y, err := array.FromHost(q, ys, alloc)
-	require.NoError(t, err)
+	y := upload(ys, 2*view)
 	defer y.Close()
 	require.Equal(t, n, x.Len())
 
@@ -152,16 +171,21 @@ func TestOperationsMatchTheCPU(t *testing.T) {
 		"pool": func(s int64) (array.Block, error) { return pool.Allocate(s) },
 		"raw":  func(s int64) (array.Block, error) { return imm.Allocate(s) },
 	}
+	abs := make([]float64, n)
+	for i := range xs {
+		abs[i] = math.Abs(xs[i])*4 + 50 // uint32: keep x - y and friends positive
+	}
 	for name, alloc := range allocs {
-		t.Run(name+"/float32", func(t *testing.T) { checkOps(t, q, alloc, n, conv[float32](xs), conv[float32](ys), 1e-4) })
-		t.Run(name+"/float64", func(t *testing.T) { checkOps(t, q, alloc, n, xs, ys, 1e-12) })
-		t.Run(name+"/int32", func(t *testing.T) { checkOps(t, q, alloc, n, conv[int32](xs), conv[int32](ys), 0) })
-		t.Run(name+"/int64", func(t *testing.T) { checkOps(t, q, alloc, n, conv[int64](xs), conv[int64](ys), 0) })
-		abs := make([]float64, n)
-		for i := range xs {
-			abs[i] = math.Abs(xs[i])*4 + 50 // uint32: keep x - y and friends positive
+		for _, view := range []int{0, 5} {
+			if view > 0 {
+				name += "/views"
+			}
+			t.Run(name+"/float32", func(t *testing.T) { checkOps(t, q, alloc, n, conv[float32](xs), conv[float32](ys), 1e-4, view) })
+			t.Run(name+"/float64", func(t *testing.T) { checkOps(t, q, alloc, n, xs, ys, 1e-12, view) })
+			t.Run(name+"/int32", func(t *testing.T) { checkOps(t, q, alloc, n, conv[int32](xs), conv[int32](ys), 0, view) })
+			t.Run(name+"/int64", func(t *testing.T) { checkOps(t, q, alloc, n, conv[int64](xs), conv[int64](ys), 0, view) })
+			t.Run(name+"/uint32", func(t *testing.T) { checkOps(t, q, alloc, n, conv[uint32](abs), conv[uint32](ys), 0, view) })
 		}
-		t.Run(name+"/uint32", func(t *testing.T) { checkOps(t, q, alloc, n, conv[uint32](abs), conv[uint32](ys), 0) })
 	}
 	assert.Positive(t, pool.Stats().Hits, "the pool served temporaries again")
 }

@@ -28,9 +28,23 @@
 // Max, Min) are built once per context and element type, on first use, and
 // shared by all goroutines. ReleaseKernels drops them for a context.
 //
+// # Views
+//
+// Slice returns a view: an array over a window of another's memory, as
+// x[lo:hi] is of a Go slice. Every operation takes views; each kernel gets
+// the window's offset. Views share memory, so an in-place update whose
+// receiver overlaps an operand at another offset (x.IAdd(y) with y one
+// element past x in the same array) is refused with ErrOverlap; the
+// work-items would otherwise read elements their neighbours have already
+// written. pyopencl.array views keep their base alive through Python's
+// reference counting; here the array and its views share a count of open
+// arrays, and the memory goes back to the allocator at the last Close, in
+// whatever order they come.
+//
 // # Lifetimes
 //
-// Close gives an array's memory back. Arrays over a pool that are dropped
+// Close gives an array's memory back (at the last Close of the array and
+// its views). Arrays over a pool that are dropped
 // without Close come back after garbage collection, as pooled buffers do;
 // arrays over a raw allocator release their *cl.Buffer only in Close. An
 // Array is for one goroutine at a time.

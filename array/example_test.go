@@ -37,3 +37,32 @@ func Example() {
 	fmt.Println(s, hi)
 	// Output: 1.4985e+06 2997
 }
+
+// Slice makes views: arrays over a window of another array's memory.
+// Writes through a view land in that window; the memory goes back to the
+// pool when the array and every view of it are closed.
+func ExampleArray_Slice() {
+	q, err := cl.DefaultQueue()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer q.Release()
+	imm, _ := allocator.NewImmediate(q, cl.MemReadWrite)
+	pool, _ := mempool.New(imm)
+	defer pool.Close()
+
+	x, _ := array.Arange[int32](q, 8, 0, 1, pool.Allocate) // 0 1 2 3 4 5 6 7
+	inner, _ := x.Slice(2, 6)                              // 2 3 4 5
+	_ = inner.IScale(10)
+	x.Close() // inner keeps the memory
+	fmt.Println(pool.ActiveBlocks())
+	got, _ := inner.Get()
+	fmt.Println(got, inner.Offset())
+	inner.Close()
+	fmt.Println(pool.ActiveBlocks())
+	// Output:
+	// 1
+	// [20 30 40 50] 2
+	// 0
+}

@@ -8,8 +8,10 @@ import (
 )
 
 // kernelSource is the OpenCL C of every operation, for one element type T.
-// Element-wise kernels take z (the result) first and may be given z == x for
-// an in-place update. Reductions are two-stage: each work-group folds a
+// Each array argument comes as a buffer and the index of the array's first
+// element in it (zo for z, and so on: views start past 0). Element-wise
+// kernels take z (the result) first and may be given z == x for an
+// in-place update. Reductions are two-stage: each work-group folds a
 // strided share of the input into out[group]; the same kernel then folds
 // those partial results in one group.
 const kernelSource = `
@@ -18,44 +20,47 @@ typedef %s T;
 #define LOWEST (%s)
 #define HIGHEST (%s)
 
-kernel void fill(global T *z, T a, long n) {
+kernel void fill(global T *z, long zo, T a, long n) {
 	long i = get_global_id(0);
-	if (i < n) z[i] = a;
+	if (i < n) z[zo + i] = a;
 }
-kernel void arange(global T *z, T start, T step, long n) {
+kernel void arange(global T *z, long zo, T start, T step, long n) {
 	long i = get_global_id(0);
-	if (i < n) z[i] = start + (T)i * step;
+	if (i < n) z[zo + i] = start + (T)i * step;
 }
 #define BINARY(NAME, OP) \
-kernel void NAME(global T *z, global const T *x, global const T *y, long n) { \
+kernel void NAME(global T *z, long zo, global const T *x, long xo, global const T *y, long yo, long n) { \
 	long i = get_global_id(0); \
-	if (i < n) z[i] = x[i] OP y[i]; \
+	if (i < n) z[zo + i] = x[xo + i] OP y[yo + i]; \
 }
 BINARY(add, +)
 BINARY(sub, -)
 BINARY(mul, *)
 BINARY(div_, /)
-kernel void scale(global T *z, T a, global const T *x, long n) {
+kernel void scale(global T *z, long zo, T a, global const T *x, long xo, long n) {
 	long i = get_global_id(0);
-	if (i < n) z[i] = a * x[i];
+	if (i < n) z[zo + i] = a * x[xo + i];
 }
-kernel void axpy(global T *z, T a, global const T *x, global const T *y, long n) {
+kernel void axpy(global T *z, long zo, T a, global const T *x, long xo, global const T *y, long yo, long n) {
 	long i = get_global_id(0);
-	if (i < n) z[i] = a * x[i] + y[i];
+	if (i < n) z[zo + i] = a * x[xo + i] + y[yo + i];
 }
-kernel void tridiag(global T *z, T lower, T diag, T upper, global const T *x, long n) {
+kernel void tridiag(global T *z, long zo, T lower, T diag, T upper, global const T *x, long xo, long n) {
 	long i = get_global_id(0);
 	if (i >= n) return;
+	x += xo;
 	T v = diag * x[i];
 	if (i > 0) v += lower * x[i - 1];
 	if (i + 1 < n) v += upper * x[i + 1];
-	z[i] = v;
+	z[zo + i] = v;
 }
 
 #define PLUS(a, b) ((a) + (b))
 #define REDUCE(NAME, INIT, MAP, OP) \
-kernel void NAME(global T *out, global const T *x, global const T *y, long n, local T *s) { \
+kernel void NAME(global T *out, global const T *x, long xo, global const T *y, long yo, long n, local T *s) { \
 	long lid = get_local_id(0); \
+	x += xo; \
+	y += yo; \
 	T acc = INIT; \
 	for (long i = get_global_id(0); i < n; i += get_global_size(0)) acc = OP(acc, MAP); \
 	s[lid] = acc; \

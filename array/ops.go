@@ -4,7 +4,9 @@ import "fmt"
 
 // Element-wise operations. Each returns a new array from x's allocator, or
 // updates its receiver in place (the I... methods). Operands must be open,
-// of one context and of one length.
+// of one context and of one length, and may be views (see Slice); an
+// in-place update whose receiver overlaps an operand at another offset of
+// the same memory is refused with ErrOverlap.
 
 // Add returns x + y.
 func Add[T Elem](x, y *Array[T]) (*Array[T], error) { return binary("add", x, y) }
@@ -43,7 +45,10 @@ func (z *Array[T]) binaryInto(x *Array[T], name string, y *Array[T]) error {
 	if err := z.check(name, x, y); err != nil || z.n == 0 {
 		return err
 	}
-	return run[T](z.q, name, z.n, nil, z.buf(), x.buf(), y.buf(), int64(z.n))
+	if err := z.checkOverlap(name, x, y); err != nil {
+		return err
+	}
+	return run[T](z.q, name, z.n, nil, z.buf(), z.offset(), x.buf(), x.offset(), y.buf(), y.offset(), int64(z.n))
 }
 
 // Scale returns a·x.
@@ -58,7 +63,10 @@ func (z *Array[T]) scaleInto(a T, x *Array[T]) error {
 	if err := z.check("scale", x); err != nil || z.n == 0 {
 		return err
 	}
-	return run[T](z.q, "scale", z.n, nil, z.buf(), a, x.buf(), int64(z.n))
+	if err := z.checkOverlap("scale", x); err != nil {
+		return err
+	}
+	return run[T](z.q, "scale", z.n, nil, z.buf(), z.offset(), a, x.buf(), x.offset(), int64(z.n))
 }
 
 // Axpy returns a·x + y.
@@ -76,7 +84,10 @@ func (z *Array[T]) axpyInto(a T, x, y *Array[T]) error {
 	if err := z.check("axpy", x, y); err != nil || z.n == 0 {
 		return err
 	}
-	return run[T](z.q, "axpy", z.n, nil, z.buf(), a, x.buf(), y.buf(), int64(z.n))
+	if err := z.checkOverlap("axpy", x, y); err != nil {
+		return err
+	}
+	return run[T](z.q, "axpy", z.n, nil, z.buf(), z.offset(), a, x.buf(), x.offset(), y.buf(), y.offset(), int64(z.n))
 }
 
 // Tridiag returns the product of x with the tridiagonal matrix of constant
@@ -88,7 +99,7 @@ func Tridiag[T Elem](lower, diag, upper T, x *Array[T]) (*Array[T], error) {
 		if err := z.check("tridiag", x); err != nil || z.n == 0 {
 			return err
 		}
-		return run[T](z.q, "tridiag", z.n, nil, z.buf(), lower, diag, upper, x.buf(), int64(z.n))
+		return run[T](z.q, "tridiag", z.n, nil, z.buf(), z.offset(), lower, diag, upper, x.buf(), x.offset(), int64(z.n))
 	})
 }
 
@@ -97,7 +108,7 @@ func (x *Array[T]) Fill(v T) error {
 	if err := x.check("fill"); err != nil || x.n == 0 {
 		return err
 	}
-	return run[T](x.q, "fill", x.n, nil, x.buf(), v, int64(x.n))
+	return run[T](x.q, "fill", x.n, nil, x.buf(), x.offset(), v, int64(x.n))
 }
 
 // unary makes a result array like x and fills it with into.
@@ -167,10 +178,10 @@ func reduce[T Elem](first, second string, x, y *Array[T]) (T, error) {
 	defer result.Close()
 	local := []int{reduceGroup}
 	scratch := localMem[T](reduceGroup)
-	if err := run[T](x.q, first, groups*reduceGroup, local, partial.buf(), x.buf(), y.buf(), int64(x.n), scratch); err != nil {
+	if err := run[T](x.q, first, groups*reduceGroup, local, partial.buf(), x.buf(), x.offset(), y.buf(), y.offset(), int64(x.n), scratch); err != nil {
 		return 0, err
 	}
-	if err := run[T](x.q, second, reduceGroup, local, result.buf(), partial.buf(), partial.buf(), int64(groups), scratch); err != nil {
+	if err := run[T](x.q, second, reduceGroup, local, result.buf(), partial.buf(), partial.offset(), partial.buf(), partial.offset(), int64(groups), scratch); err != nil {
 		return 0, err
 	}
 	out, err := result.Get()
