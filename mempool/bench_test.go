@@ -260,3 +260,38 @@ func BenchmarkFloorMutexFreeListParallel(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkPoolParallelPerGoroutine gives each goroutine a pool of its own,
+// over one allocator: nothing is shared on the hot path.
+func BenchmarkPoolParallelPerGoroutine(b *testing.B) { perGoroutineLoop(b) }
+
+// BenchmarkPoolParallelPerGoroutineNoDropSafety is the same without drop
+// safety.
+func BenchmarkPoolParallelPerGoroutineNoDropSafety(b *testing.B) {
+	perGoroutineLoop(b, mempool.WithDropSafety(false))
+}
+
+func perGoroutineLoop(b *testing.B, opts ...mempool.Option) {
+	q := cltest.Queue(b)
+	a, err := allocator.NewImmediate(q, cl.MemReadWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		p, err := mempool.New(a, opts...)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer p.Close()
+		for pb.Next() {
+			x, err := p.Allocate(benchSize)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			x.Close()
+		}
+	})
+}

@@ -63,6 +63,20 @@
 // memhooks has ready-made ones: a JSON-lines printer, a line profiler that
 // writes pprof profiles, and a trace recorder.
 //
+// # Many goroutines
+//
+// A Pool takes one lock per Allocate and per Close, so goroutines that
+// share a pool line up on it. Which layout is fastest depends on drop
+// safety (BENCHMARKS.md has the figures):
+//
+//   - With drop safety, share one pool. Setting and clearing finalizers
+//     costs much more when goroutines contend for the runtime's own lock
+//     than when the pool's lock lines them up: a pool per goroutine is more
+//     than twice as slow per operation as one shared pool.
+//   - Without drop safety, a pool per goroutine (over one allocator) shares
+//     nothing on the hot path and scales. Blocks held by one pool are then
+//     invisible to the others, so a program holds more memory in all.
+//
 // # Misuse
 //
 // A second Close returns ErrClosed and changes nothing. After Close, Buffer
