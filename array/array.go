@@ -267,10 +267,14 @@ func (a *Array[T]) check(op string, others ...*Array[T]) error {
 	return nil
 }
 
-// checkOverlap returns ErrOverlap if an operand shares z's memory at
-// another offset and overlaps it: an element-wise kernel would then read
-// elements that other work-items have already overwritten.
-func (z *Array[T]) checkOverlap(op string, operands ...*Array[T]) error {
+// checkInto is check for an update of z from operands (z may be one of
+// them): it also refuses, with ErrOverlap, an operand that shares z's
+// memory at another offset and overlaps it, since an element-wise kernel
+// would then read elements that other work-items have already overwritten.
+func (z *Array[T]) checkInto(op string, operands ...*Array[T]) error {
+	if err := z.check(op, operands...); err != nil {
+		return err
+	}
 	for _, x := range operands {
 		if x.store == z.store && x.off != z.off && x.off < z.off+z.n && z.off < x.off+x.n {
 			return fmt.Errorf("array: %s: [%d:%d] and [%d:%d]: %w", op, z.off, z.off+z.n, x.off, x.off+x.n, ErrOverlap)

@@ -42,10 +42,7 @@ func binary[T Elem](name string, x, y *Array[T]) (*Array[T], error) {
 
 // binaryInto sets z to x op y.
 func (z *Array[T]) binaryInto(x *Array[T], name string, y *Array[T]) error {
-	if err := z.check(name, x, y); err != nil || z.n == 0 {
-		return err
-	}
-	if err := z.checkOverlap(name, x, y); err != nil {
+	if err := z.checkInto(name, x, y); err != nil || z.n == 0 {
 		return err
 	}
 	return run[T](z.q, name, z.n, nil, z.buf(), z.offset(), x.buf(), x.offset(), y.buf(), y.offset(), int64(z.n))
@@ -60,10 +57,7 @@ func Scale[T Elem](a T, x *Array[T]) (*Array[T], error) {
 func (x *Array[T]) IScale(a T) error { return x.scaleInto(a, x) }
 
 func (z *Array[T]) scaleInto(a T, x *Array[T]) error {
-	if err := z.check("scale", x); err != nil || z.n == 0 {
-		return err
-	}
-	if err := z.checkOverlap("scale", x); err != nil {
+	if err := z.checkInto("scale", x); err != nil || z.n == 0 {
 		return err
 	}
 	return run[T](z.q, "scale", z.n, nil, z.buf(), z.offset(), a, x.buf(), x.offset(), int64(z.n))
@@ -81,10 +75,7 @@ func Axpy[T Elem](a T, x, y *Array[T]) (*Array[T], error) {
 func (y *Array[T]) IAxpy(a T, x *Array[T]) error { return y.axpyInto(a, x, y) }
 
 func (z *Array[T]) axpyInto(a T, x, y *Array[T]) error {
-	if err := z.check("axpy", x, y); err != nil || z.n == 0 {
-		return err
-	}
-	if err := z.checkOverlap("axpy", x, y); err != nil {
+	if err := z.checkInto("axpy", x, y); err != nil || z.n == 0 {
 		return err
 	}
 	return run[T](z.q, "axpy", z.n, nil, z.buf(), z.offset(), a, x.buf(), x.offset(), y.buf(), y.offset(), int64(z.n))
@@ -96,7 +87,7 @@ func (z *Array[T]) axpyInto(a T, x, y *Array[T]) error {
 // 1-D Poisson (Laplace) operator.
 func Tridiag[T Elem](lower, diag, upper T, x *Array[T]) (*Array[T], error) {
 	return unary(x, func(z *Array[T]) error {
-		if err := z.check("tridiag", x); err != nil || z.n == 0 {
+		if err := z.checkInto("tridiag", x); err != nil || z.n == 0 {
 			return err
 		}
 		return run[T](z.q, "tridiag", z.n, nil, z.buf(), z.offset(), lower, diag, upper, x.buf(), x.offset(), int64(z.n))
