@@ -35,8 +35,9 @@ func stress(t *testing.T, dropSafety bool) {
 	}
 	var allocs, drops atomic.Int64
 	var wg sync.WaitGroup
-	stop := make(chan struct{})
+	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(stopped)
 		for {
 			select {
 			case <-stop:
@@ -82,6 +83,7 @@ func stress(t *testing.T, dropSafety bool) {
 	}
 	wg.Wait()
 	close(stop)
+	<-stopped // a FreeHeld still freeing would leave DeviceFrees behind
 	require.Eventually(t, func() bool {
 		runtime.GC()
 		return f.pool.ActiveBlocks() == 0
