@@ -13,13 +13,17 @@ import (
 
 const benchSize = 4096
 
-func benchPool(b *testing.B, opts ...mempool.Option) *mempool.Pool {
-	q := cltest.Queue(b)
-	a, err := allocator.NewImmediate(q, cl.MemReadWrite)
+// benchAllocator is the allocator the pools of the benchmarks sit on.
+func benchAllocator(b *testing.B) *allocator.Immediate {
+	a, err := allocator.NewImmediate(cltest.Queue(b), cl.MemReadWrite)
 	if err != nil {
 		b.Fatal(err)
 	}
-	p, err := mempool.New(a, opts...)
+	return a
+}
+
+func benchPool(b *testing.B, opts ...mempool.Option) *mempool.Pool {
+	p, err := mempool.New(benchAllocator(b), opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -57,16 +61,19 @@ func BenchmarkPoolParallel(b *testing.B) { parallelHitLoop(b, benchPool(b)) }
 
 func parallelHitLoop(b *testing.B, p *mempool.Pool) {
 	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			x, err := p.Allocate(benchSize)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			x.Close()
+	b.RunParallel(func(pb *testing.PB) { parallelHits(b, pb, p) })
+}
+
+// parallelHits is one RunParallel goroutine's share of the hits on p.
+func parallelHits(b *testing.B, pb *testing.PB, p *mempool.Pool) {
+	for pb.Next() {
+		x, err := p.Allocate(benchSize)
+		if err != nil {
+			b.Error(err)
+			return
 		}
-	})
+		x.Close()
+	}
 }
 
 func rawLoop(b *testing.B, a allocator.Allocator) {
@@ -272,11 +279,7 @@ func BenchmarkPoolParallelPerGoroutineNoDropSafety(b *testing.B) {
 }
 
 func perGoroutineLoop(b *testing.B, opts ...mempool.Option) {
-	q := cltest.Queue(b)
-	a, err := allocator.NewImmediate(q, cl.MemReadWrite)
-	if err != nil {
-		b.Fatal(err)
-	}
+	a := benchAllocator(b)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		p, err := mempool.New(a, opts...)
@@ -285,13 +288,6 @@ func perGoroutineLoop(b *testing.B, opts ...mempool.Option) {
 			return
 		}
 		defer p.Close()
-		for pb.Next() {
-			x, err := p.Allocate(benchSize)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			x.Close()
-		}
+		parallelHits(b, pb, p)
 	})
 }
