@@ -1,0 +1,199 @@
+package policy
+
+// Sizes of the arena policy's segments, as torch's caching allocator has
+// them for its small pool.
+const (
+	SmallRequest = 1 << 20 // requests up to this come from small segments
+	SmallSegment = 2 << 20 // the size of a small segment
+	LargeUnit    = 2 << 20 // large segments are multiples of this
+	// OversizeSlack is how much larger than an oversize request a free
+	// oversize segment that serves it may be (torch's kLargeBuffer).
+	OversizeSlack = 20 << 20
+)
+
+// DefaultPreferredSegment is the largest size a large segment grows to:
+// a request over half of it gets a segment of its own.
+const DefaultPreferredSegment = 256 << 20
+
+// GrowthDivisor sets how a large segment grows with the pool: it is
+// 1/GrowthDivisor of the bytes the pool already holds (between the request
+// rounded to LargeUnit and the preferred size), so that the unused tail of
+// the newest segment stays a small part of the whole. VMA's fixed steps
+// (1/8, 1/4, 1/2 of 256 MiB) manage more than twice the live peak of a
+// real trace; see BENCHMARKS.md.
+const GrowthDivisor = 16
+
+// Arenas is the splitting-arena policy: two arenas, small and large, as
+// torch keeps a small and a large pool, so that long-lived small blocks do
+// not pin large segments.
+//
+// Wholly free segments are kept for reuse until the pool is about to grow
+// past the most it has ever held: then they go first (BeforeGrow), as they
+// cannot serve the request that grows it. FreeHeld and the out-of-memory
+// ladder free them too (TakeLargest).
+type Arenas[T comparable] struct {
+	small, large *Arena[T]
+	maxSplit     int64 // requests over it are oversize; 0: none are
+	preferred    int64
+	shrink       uint  // halvings of the large segment size after out-of-memory
+	exact        int   // exact-size segments, never in an arena
+	reserved     int64 // the bytes of every segment
+	highWater    int64 // the most reserved has been
+}
+
+// NewArenas returns the policy with blocks aligned to align, size classes
+// of leadingBits bits, requests over maxSplit (if positive) served whole by
+// oversize segments, and large segments up to preferred bytes.
+func NewArenas[T comparable](align int64, leadingBits int, maxSplit, preferred int64) *Arenas[T] {
+	return &Arenas[T]{
+		small: NewArena[T](align, leadingBits), large: NewArena[T](align, leadingBits),
+		maxSplit: maxSplit, preferred: preferred,
+	}
+}
+
+// Round returns the bytes of the block that serves a request of size.
+func (p *Arenas[T]) Round(size int64) int64 { return p.small.Round(size) }
+
+// Oversize reports whether a request of size is served whole by an
+// oversize segment, never split.
+func (p *Arenas[T]) Oversize(size int64) bool {
+	return p.maxSplit > 0 && p.Round(size) > p.maxSplit
+}
+
+func (p *Arenas[T]) arenaFor(n int64) *Arena[T] {
+	if n <= SmallRequest {
+		return p.small
+	}
+	return p.large
+}
+
+// Get returns a free block for a request of size, now active; nil if none
+// fits.
+func (p *Arenas[T]) Get(size int64) *Block[T] {
+	n := p.Round(size)
+	if p.Oversize(size) {
+		return p.large.GetWhole(n, OversizeSlack)
+	}
+	return p.arenaFor(n).Get(n)
+}
+
+// SegmentSize returns the bytes of a new segment for a request of size.
+// A small request gets a SmallSegment. A large one gets 1/GrowthDivisor of
+// what the pool holds, at least the request rounded to LargeUnit and at
+// most the preferred size, halved once per out-of-memory met (Smaller); a
+// request over half the preferred size, or oversize, gets a segment of its
+// own, rounded to LargeUnit.
+func (p *Arenas[T]) SegmentSize(size int64) int64 {
+	n := p.Round(size)
+	if n <= SmallRequest {
+		return SmallSegment
+	}
+	own := roundUp(n, LargeUnit)
+	if p.Oversize(size) || n > p.preferred/2 {
+		return own
+	}
+	grown := min(p.preferred, roundUp(p.reserved/GrowthDivisor, LargeUnit))
+	return max(grown>>p.shrink, own)
+}
+
+// Smaller returns a smaller size to try after the device refused a
+// segment of n bytes for a request of size, and makes large segments
+// smaller from now on; 0 if there is none.
+func (p *Arenas[T]) Smaller(size, n int64) int64 {
+	own := roundUp(p.Round(size), LargeUnit)
+	if p.Round(size) <= SmallRequest || n <= own {
+		return 0
+	}
+	p.shrink++
+	return max(roundUp(n/2, LargeUnit), own)
+}
+
+// BeforeGrow is called on a miss, before a new segment is made for a
+// request of size: if that segment would take the pool past the most it
+// has held, it removes every wholly free segment (none can serve the
+// request) and returns them for the pool to free.
+func (p *Arenas[T]) BeforeGrow(size int64) []*Segment[T] {
+	if p.reserved+p.SegmentSize(size) <= p.highWater {
+		return nil
+	}
+	var out []*Segment[T]
+	for s := p.TakeLargest(); s != nil; s = p.TakeLargest() {
+		out = append(out, s)
+	}
+	return out
+}
+
+// Add registers a new segment and returns the block for a request of size
+// cut from it, active.
+func (p *Arenas[T]) Add(seg *Segment[T], size int64) *Block[T] {
+	p.reserved += seg.Size
+	p.highWater = max(p.highWater, p.reserved)
+	if seg.Exact {
+		p.exact++
+		seg.blocks = 1
+		return &Block[T]{Seg: seg, Size: seg.Size}
+	}
+	n := p.Round(size)
+	seg.Oversize = p.Oversize(size)
+	return p.arenaFor(n).Add(seg, n)
+}
+
+// Put takes back an active block. It returns its segment, removed, if the
+// pool is to free it now (an exact-size block); else nil.
+func (p *Arenas[T]) Put(b *Block[T]) (release *Segment[T]) {
+	if b.Seg.Exact {
+		p.exact--
+		p.reserved -= b.Seg.Size
+		return b.Seg
+	}
+	b.Seg.arena.Put(b)
+	return nil
+}
+
+// TakeLargest removes the largest wholly free segment and returns it for
+// the pool to free; nil if there is none.
+func (p *Arenas[T]) TakeLargest() *Segment[T] {
+	var best *Segment[T]
+	for _, a := range []*Arena[T]{p.large, p.small} {
+		for _, s := range a.empty {
+			if best == nil || s.Size > best.Size {
+				best = s
+			}
+		}
+	}
+	if best != nil {
+		best.arena.Remove(best)
+		p.reserved -= best.Size
+	}
+	return best
+}
+
+// LargestFree returns the size of the largest free block.
+func (p *Arenas[T]) LargestFree() int64 {
+	return max(p.small.LargestFree(), p.large.LargestFree())
+}
+
+// Counts returns the sizes of the free set of both arenas.
+func (p *Arenas[T]) Counts() Counts {
+	s, l := p.small.Counts(), p.large.Counts()
+	return Counts{
+		FreeBlocks: s.FreeBlocks + l.FreeBlocks, FreeBytes: s.FreeBytes + l.FreeBytes,
+		SplitBlocks: s.SplitBlocks + l.SplitBlocks, SplitBytes: s.SplitBytes + l.SplitBytes,
+		Segments: s.Segments + l.Segments + p.exact,
+	}
+}
+
+// TakeStale appends the caches both arenas dropped to dst.
+func (p *Arenas[T]) TakeStale(dst []T) []T {
+	return p.large.TakeStale(p.small.TakeStale(dst))
+}
+
+// Check verifies both arenas' invariants, for tests.
+func (p *Arenas[T]) Check() error {
+	if err := p.small.Check(); err != nil {
+		return err
+	}
+	return p.large.Check()
+}
+
+func roundUp(n, unit int64) int64 { return (n + unit - 1) / unit * unit }

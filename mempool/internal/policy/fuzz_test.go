@@ -1,0 +1,69 @@
+package policy_test
+
+import (
+	"testing"
+
+	"github.com/clpool/clpool/mempool/internal/policy"
+	"github.com/stretchr/testify/require"
+)
+
+// FuzzArena drives the arena policy with random requests and frees and
+// checks it against a model of byte ranges: no two active blocks overlap,
+// free neighbours are always merged, every byte of every segment is in
+// exactly one block, and the counts agree (Check), after every step.
+func FuzzArena(f *testing.F) {
+	f.Add([]byte{1, 2, 3, 200, 4, 5, 130, 6, 255, 7, 8})
+	f.Add([]byte{255, 255, 0, 128, 129, 64, 3, 3, 3, 3})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		p := policy.NewArenas[int](512, 4, 16<<20, 64<<20)
+		type active struct {
+			b    *policy.Block[int]
+			size int64
+		}
+		var live []active
+		segs := map[*policy.Segment[int]]bool{}
+		for i, op := range ops {
+			switch {
+			case op < 160 || len(live) == 0: // allocate
+				size := int64(op%40+1) << (op % 24) // 1 B to ~320 MiB
+				b := p.Get(size)
+				if b == nil {
+					for _, s := range p.BeforeGrow(size) {
+						require.True(t, segs[s])
+						delete(segs, s)
+					}
+					s := &policy.Segment[int]{Size: p.SegmentSize(size)}
+					segs[s] = true
+					b = p.Add(s, size)
+				}
+				require.GreaterOrEqual(t, b.Size, size)
+				require.False(t, b.Free())
+				for _, x := range live {
+					if x.b.Seg == b.Seg {
+						require.True(t, x.b.Off+x.b.Size <= b.Off || b.Off+b.Size <= x.b.Off, "overlap")
+					}
+				}
+				live = append(live, active{b, size})
+			case op < 250: // free one
+				k := int(op) % len(live)
+				require.Nil(t, p.Put(live[k].b))
+				live = append(live[:k], live[k+1:]...)
+			default: // free what can be freed
+				for s := p.TakeLargest(); s != nil; s = p.TakeLargest() {
+					require.True(t, segs[s])
+					delete(segs, s)
+				}
+			}
+			require.NoError(t, p.Check(), "step %d", i)
+			require.Equal(t, len(segs), p.Counts().Segments)
+		}
+		for _, x := range live {
+			p.Put(x.b)
+		}
+		for s := p.TakeLargest(); s != nil; s = p.TakeLargest() {
+			delete(segs, s)
+		}
+		require.Empty(t, segs, "every segment wholly free at the end")
+		require.Equal(t, policy.Counts{}, p.Counts())
+	})
+}
