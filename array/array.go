@@ -56,7 +56,27 @@ type Array[T Elem] struct {
 // the allocator when the last of them is closed.
 type storage struct {
 	block Block
+	base  *cl.Buffer   // the buffer kernels get: the block's Base where it has one
+	start int          // the index of the block's first element in base
 	refs  atomic.Int32 // the open arrays over it
+}
+
+// Based is a Block that is part of a larger buffer, as a
+// *mempool.PooledBuffer of an arena is: its bytes start at Offset in Base.
+// Arrays pass Base and the offset to kernels, so they never need a
+// sub-buffer.
+type Based interface {
+	Base() *cl.Buffer
+	Offset() int64
+}
+
+func newStorage[T Elem](b Block) *storage {
+	s := &storage{block: b, base: b.Buffer()}
+	if bb, ok := b.(Based); ok {
+		s.base, s.start = bb.Base(), int(bb.Offset()/elemSize[T]())
+	}
+	s.refs.Store(1)
+	return s
 }
 
 // adapt turns any allocator function into an Alloc.
@@ -96,8 +116,7 @@ func newArray[T Elem](q *cl.CommandQueue, n int, alloc Alloc) (*Array[T], error)
 	if err != nil {
 		return nil, fmt.Errorf("array: allocating %d elements: %w", n, err)
 	}
-	a.store = &storage{block: b}
-	a.store.refs.Store(1)
+	a.store = newStorage[T](b)
 	return a, nil
 }
 
@@ -138,7 +157,7 @@ func FromHost[T Elem, B Block](q *cl.CommandQueue, data []T, alloc func(int64) (
 	if err != nil || len(data) == 0 {
 		return a, err
 	}
-	if err := q.WriteBuffer(a.buf(), 0, cl.Bytes(data)); err != nil {
+	if err := q.WriteBuffer(a.buf(), a.offset()*elemSize[T](), cl.Bytes(data)); err != nil {
 		a.Close()
 		return nil, fmt.Errorf("array: upload: %w", err)
 	}
@@ -156,23 +175,28 @@ func (a *Array[T]) Allocator() Alloc { return a.alloc }
 
 // Buffer returns the device buffer (nil for an empty or closed array). The
 // array's elements are Len elements from Offset on; the buffer may be
-// longer (a pool's block, or the memory of the array a view was sliced
-// from).
+// longer (a pool's block, the segment an arena's block is part of, or the
+// memory of the array a view was sliced from).
 func (a *Array[T]) Buffer() *cl.Buffer {
 	if a.closed || a.store == nil {
 		return nil
 	}
-	return a.store.block.Buffer()
+	return a.store.base
 }
 
 // Offset returns the index in Buffer of the array's first element: 0 but
-// for views.
-func (a *Array[T]) Offset() int { return a.off }
+// for views and arrays in an arena's block (see Based).
+func (a *Array[T]) Offset() int {
+	if a.store == nil {
+		return a.off
+	}
+	return a.store.start + a.off
+}
 
 // buf and offset are a kernel's arguments for the array: its buffer, and
 // the index of its first element there.
-func (a *Array[T]) buf() *cl.Buffer { return a.store.block.Buffer() }
-func (a *Array[T]) offset() int64   { return int64(a.off) }
+func (a *Array[T]) buf() *cl.Buffer { return a.store.base }
+func (a *Array[T]) offset() int64   { return int64(a.store.start + a.off) }
 
 // Slice returns a view of the elements lo to hi-1, as a[lo:hi] is of a Go
 // slice: an array over the same memory, so that each sees what the other
@@ -219,7 +243,7 @@ func (a *Array[T]) Copy() (*Array[T], error) {
 	if err != nil || a.n == 0 {
 		return c, err
 	}
-	ev, err := a.q.EnqueueCopyBuffer(a.buf(), c.buf(), a.offset()*elemSize[T](), 0, int64(a.n)*elemSize[T]())
+	ev, err := a.q.EnqueueCopyBuffer(a.buf(), c.buf(), a.offset()*elemSize[T](), c.offset()*elemSize[T](), int64(a.n)*elemSize[T]())
 	if err == nil {
 		err = ev.Release()
 	}

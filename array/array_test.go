@@ -17,11 +17,11 @@ import (
 // newPool returns a pool over a counting Immediate allocator; when the test
 // ends it checks that every array was closed and every device allocation
 // freed once.
-func newPool(t *testing.T, q *cl.CommandQueue) *mempool.Pool {
+func newPool(t *testing.T, q *cl.CommandQueue, opts ...mempool.Option) *mempool.Pool {
 	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
 	require.NoError(t, err)
 	count := allocator.NewCounting(imm)
-	p, err := mempool.New(count)
+	p, err := mempool.New(count, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		assert.Zero(t, p.ActiveBlocks(), "every array and temporary was closed")
@@ -158,6 +158,7 @@ func checkOps[T array.Elem](t *testing.T, q *cl.CommandQueue, alloc array.Alloc,
 func TestOperationsMatchTheCPU(t *testing.T) {
 	q := cltest.Queue(t)
 	pool := newPool(t, q)
+	arena := newPool(t, q, mempool.WithArena())
 	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
 	require.NoError(t, err)
 	n := cltest.Size(q, 300, 100_003) // not a multiple of any group size
@@ -170,6 +171,9 @@ func TestOperationsMatchTheCPU(t *testing.T) {
 	allocs := map[string]array.Alloc{
 		"pool": func(s int64) (array.Block, error) { return pool.Allocate(s) },
 		"raw":  func(s int64) (array.Block, error) { return imm.Allocate(s) },
+		// Blocks at offsets in shared segments: every kernel, transfer
+		// and copy must honour Base and Offset.
+		"arena": func(s int64) (array.Block, error) { return arena.Allocate(s) },
 	}
 	abs := make([]float64, n)
 	for i := range xs {
@@ -188,6 +192,9 @@ func TestOperationsMatchTheCPU(t *testing.T) {
 		}
 	}
 	assert.Positive(t, pool.Stats().Hits, "the pool served temporaries again")
+	as := arena.Stats()
+	assert.Positive(t, as.Hits)
+	assert.Less(t, as.DeviceAllocs, as.Hits, "arrays shared segments")
 }
 
 func conv[T array.Elem](xs []float64) []T {

@@ -57,7 +57,7 @@ kernel void tridiag(global T *z, long zo, T lower, T diag, T upper, global const
 
 #define PLUS(a, b) ((a) + (b))
 #define REDUCE(NAME, INIT, MAP, OP) \
-kernel void NAME(global T *out, global const T *x, long xo, global const T *y, long yo, long n, local T *s) { \
+kernel void NAME(global T *out, long oo, global const T *x, long xo, global const T *y, long yo, long n, local T *s) { \
 	long lid = get_local_id(0); \
 	x += xo; \
 	y += yo; \
@@ -69,7 +69,7 @@ kernel void NAME(global T *out, global const T *x, long xo, global const T *y, l
 		if (lid < k) s[lid] = OP(s[lid], s[lid + k]); \
 		barrier(CLK_LOCAL_MEM_FENCE); \
 	} \
-	if (lid == 0) out[get_group_id(0)] = s[0]; \
+	if (lid == 0) out[oo + get_group_id(0)] = s[0]; \
 }
 REDUCE(rsum, (T)0, x[i], PLUS)
 REDUCE(rdot, (T)0, x[i] * y[i], PLUS)

@@ -169,10 +169,10 @@ func reduce[T Elem](first, second string, x, y *Array[T]) (T, error) {
 	defer result.Close()
 	local := []int{reduceGroup}
 	scratch := localMem[T](reduceGroup)
-	if err := run[T](x.q, first, groups*reduceGroup, local, partial.buf(), x.buf(), x.offset(), y.buf(), y.offset(), int64(x.n), scratch); err != nil {
+	if err := run[T](x.q, first, groups*reduceGroup, local, partial.buf(), partial.offset(), x.buf(), x.offset(), y.buf(), y.offset(), int64(x.n), scratch); err != nil {
 		return 0, err
 	}
-	if err := run[T](x.q, second, reduceGroup, local, result.buf(), partial.buf(), partial.offset(), partial.buf(), partial.offset(), int64(groups), scratch); err != nil {
+	if err := run[T](x.q, second, reduceGroup, local, result.buf(), result.offset(), partial.buf(), partial.offset(), partial.buf(), partial.offset(), int64(groups), scratch); err != nil {
 		return 0, err
 	}
 	out, err := result.Get()

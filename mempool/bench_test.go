@@ -56,6 +56,15 @@ func BenchmarkPoolHitNoDropSafety(b *testing.B) {
 	hitLoop(b, benchPool(b, mempool.WithDropSafety(false)))
 }
 
+// BenchmarkArenaHit is a warm 4 KiB hit of WithArena: the block is cut
+// from a segment and merged back on Close.
+func BenchmarkArenaHit(b *testing.B) { hitLoop(b, benchPool(b, mempool.WithArena())) }
+
+// BenchmarkArenaHitNoDropSafety is the same with WithDropSafety(false).
+func BenchmarkArenaHitNoDropSafety(b *testing.B) {
+	hitLoop(b, benchPool(b, mempool.WithArena(), mempool.WithDropSafety(false)))
+}
+
 // BenchmarkPoolParallel is the hot path from GOMAXPROCS goroutines at once.
 func BenchmarkPoolParallel(b *testing.B) { parallelHitLoop(b, benchPool(b)) }
 

@@ -14,16 +14,17 @@ import (
 //
 // Misuse: a PooledBuffer must stay reachable while the device uses its
 // buffer (Close it after the last command that uses it completes, or keep
-// it alive with runtime.KeepAlive). After Close, Buffer returns nil: the
-// block may already belong to another user, so do not keep the *cl.Buffer
-// past Close. A second Close returns ErrClosed and changes nothing.
+// it alive with runtime.KeepAlive). After Close, Buffer and Base return
+// nil: the block may already belong to another user, so do not keep the
+// *cl.Buffer past Close. A second Close returns ErrClosed and changes
+// nothing.
 //
 // It is 24 bytes, the smallest size class that holds its three fields:
 // with drop safety, the hot path allocates one per Allocate.
 type PooledBuffer struct {
-	bin  *bin       // the block's bin, which knows the pool
-	buf  *cl.Buffer // nil once closed
-	size int64      // the requested size, or ^size once closed; guarded by the pool's mu
+	pool *Pool
+	blk  *block // its segment, offset and size; kept after Close, for Size
+	size int64  // the requested size, or ^size once closed; guarded by the pool's mu
 }
 
 // slabSize is how many PooledBuffers a pool without drop safety
@@ -66,12 +67,12 @@ func (p *Pool) handOutLocked(pb *PooledBuffer) *PooledBuffer {
 	return pb
 }
 
-// wrap fills in pb, from handOutLocked, to hand out buf, a block of bin b,
-// for a request of size bytes.
-func (p *Pool) wrap(hooks hookList, pb *PooledBuffer, b *bin, buf *cl.Buffer, size int64) *PooledBuffer {
-	*pb = PooledBuffer{bin: b, buf: buf, size: size}
+// wrap fills in pb, from handOutLocked, to hand out block b for a request
+// of size bytes.
+func (p *Pool) wrap(hooks hookList, pb *PooledBuffer, b *block, size int64) *PooledBuffer {
+	*pb = PooledBuffer{pool: p, blk: b, size: size}
 	if hooks != nil {
-		p.emit(hooks, pb.event(MallocAfter, buf))
+		p.emit(hooks, pb.event(MallocAfter, b))
 	}
 	return pb
 }
@@ -80,19 +81,56 @@ func (p *Pool) wrap(hooks hookList, pb *PooledBuffer, b *bin, buf *cl.Buffer, si
 // PooledBuffers alive at one time (like CuPy's pmem_id, it is an address).
 func (b *PooledBuffer) ID() uint64 { return uint64(uintptr(unsafe.Pointer(b))) }
 
-// allocSize returns the bytes of the block.
-func (b *PooledBuffer) allocSize() int64 {
-	if b.bin.exact {
-		return max(b.Size(), 1)
+// Buffer returns a device buffer covering exactly the block, or nil after
+// Close. Its size is the block's, at least Size: with exact bins, the
+// bin's AllocSize (exactly Size near the device's limit), the whole of
+// Base. With WithArena, a block that is part of a larger segment gets a
+// sub-buffer of it, made at the first call and kept with the block, so a
+// later Allocate that reuses the block makes no OpenCL call; Buffer
+// returns nil if the runtime refuses the sub-buffer. Code that can take a
+// buffer and an offset should use Base and Offset, which never make one.
+//
+// Like the rest of a PooledBuffer, it is for one goroutine at a time:
+// calling it while another goroutine Closes the buffer is a misuse that
+// the race detector reports.
+func (b *PooledBuffer) Buffer() *cl.Buffer {
+	if b.size < 0 {
+		return nil
 	}
-	return b.bin.allocSize
+	blk := b.blk
+	if blk.Whole() {
+		return blk.Seg.Data
+	}
+	if blk.Cache == nil && blk.Seg.Data != nil {
+		// The block is this PooledBuffer's until Close, which takes the
+		// pool's lock: the pool reads Cache only after that.
+		sub, err := blk.Seg.Data.CreateSubBuffer(0, blk.Off, blk.Size)
+		if err != nil {
+			return nil
+		}
+		blk.Cache = sub
+	}
+	return blk.Cache
 }
 
-// Buffer returns the device buffer, whose size is the bin's AllocSize (at
-// least Size; exactly Size near the device's limit), or nil after Close. Like the rest of a PooledBuffer, it is
-// for one goroutine at a time: calling it while another goroutine Closes
-// the buffer is a misuse that the race detector reports.
-func (b *PooledBuffer) Buffer() *cl.Buffer { return b.buf }
+// Base returns the device buffer the block is part of (its segment), or
+// nil after Close. The block's bytes start at Offset in it. With exact
+// bins, Base is Buffer and Offset is 0.
+func (b *PooledBuffer) Base() *cl.Buffer {
+	if b.size < 0 {
+		return nil
+	}
+	return b.blk.Seg.Data
+}
+
+// Offset returns where the block starts in Base, in bytes: a multiple of
+// the device's base-address alignment; 0 after Close.
+func (b *PooledBuffer) Offset() int64 {
+	if b.size < 0 {
+		return 0
+	}
+	return b.blk.Off
+}
 
 // Size returns the size that was requested.
 func (b *PooledBuffer) Size() int64 {
@@ -106,16 +144,16 @@ func (b *PooledBuffer) Size() int64 {
 func (b *PooledBuffer) Closed() bool { return b.size < 0 }
 
 // Close gives the block back to the pool. A second Close returns ErrClosed.
-// After StopHolding, Close frees the block and returns the allocator's
-// error, if any.
-func (b *PooledBuffer) Close() error { return b.bin.pool.put(b) }
+// After StopHolding, Close frees the block's segment once it is wholly
+// free, and returns the allocator's error, if any.
+func (b *PooledBuffer) Close() error { return b.pool.put(b) }
 
 // reclaim is the finalizer of a dropped PooledBuffer. The buffer is
 // unreachable, so nothing else can close it meanwhile.
 func (b *PooledBuffer) reclaim() {
-	p := b.bin.pool
+	p := b.pool
 	p.mu.Lock()
-	p.s.Reclaimed++
+	p.l.reclaimed()
 	p.mu.Unlock()
 	_ = p.put(b)
 }

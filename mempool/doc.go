@@ -17,6 +17,27 @@
 // request the device can hold whose bin's AllocSize it cannot (near
 // MaxMemAllocSize) gets a block of exactly its size, freed on Close.
 //
+// # Arena
+//
+// WithArena replaces exact bins with a splitting arena, as CuPy's, torch's
+// and VMA's pools are. Segments are device buffers from the allocator: 2 MiB
+// for requests up to 1 MiB; for larger ones, 1/16 of what the pool already
+// holds (at least the request rounded to 2 MiB, at most 256 MiB; a request
+// over 128 MiB gets its own). A request takes a good fit among the free
+// blocks (a two-level size-class index, the classes being the bins above)
+// and splits off the rest; a block given back merges with its free
+// neighbours. Blocks are aligned to the device's base-address alignment,
+// at least 512 bytes. Wholly free segments are kept for reuse until the
+// pool is about to grow past the most it has held, when they go first;
+// FreeHeld and the out-of-memory ladder free them too. WithMaxSplitSize
+// gives requests over a size segments of their own that are never split.
+//
+// A block of an arena is a range of its segment: Base and Offset name it,
+// and array/ passes them to kernels. Buffer makes a sub-buffer covering
+// exactly the block at its first call and keeps it for the next block with
+// the same range. The policies themselves are plain data structures in
+// internal/policy, tested without OpenCL.
+//
 // # Lifecycle
 //
 //	pool, _ := mempool.New(alloc)     // alloc: an allocator.Immediate, usually

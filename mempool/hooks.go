@@ -8,9 +8,10 @@ import (
 type EventKind uint8
 
 // The six events, as CuPy's MemoryHook has them. Alloc events surround a
-// device allocation (a miss, and each retry after an out-of-memory); malloc
-// events surround every Allocate, hit or miss; free events surround every
-// block given back to the pool (Close, or the collector's reclaim).
+// device allocation of a segment (a miss, and each retry after an
+// out-of-memory); malloc events surround every Allocate of a block, hit or
+// miss; free events surround every block given back to the pool (Close,
+// or the collector's reclaim).
 const (
 	AllocBefore EventKind = iota
 	AllocAfter
@@ -35,8 +36,9 @@ type Event struct {
 	Kind      EventKind
 	Device    *cl.Device // the pool's device; nil if its allocator does not say
 	Size      int64      // bytes requested (for alloc events: the bytes asked of the device)
-	AllocSize int64      // the bin's size: what the block holds
-	Buffer    *cl.Buffer // the device buffer; nil before an allocation and after a failed one
+	AllocSize int64      // the block's size (for alloc events: the segment's)
+	Buffer    *cl.Buffer // the device buffer (for block events: the segment's, see Offset); nil before an allocation and after a failed one
+	Offset    int64      // where the block starts in Buffer (block events)
 	BlockID   uint64     // the PooledBuffer's ID (malloc_after and free events); 0 otherwise
 	Err       error      // for after events: the failure, if any
 }
@@ -107,14 +109,13 @@ func (p *Pool) emit(hooks hookList, e Event) {
 }
 
 // mallocFailed tells the hooks of a failed Allocate and returns its error.
-func (p *Pool) mallocFailed(hooks hookList, size int64, bn uint32, err error) error {
+func (p *Pool) mallocFailed(hooks hookList, size int64, err error) error {
 	if hooks != nil {
-		n, _ := p.blockSize(bn, size)
-		p.emit(hooks, Event{Kind: MallocAfter, Size: size, AllocSize: n, Err: err})
+		p.emit(hooks, Event{Kind: MallocAfter, Size: size, AllocSize: p.blockSize(size), Err: err})
 	}
 	return err
 }
 
-func (b *PooledBuffer) event(k EventKind, buf *cl.Buffer) Event {
-	return Event{Kind: k, Size: b.Size(), AllocSize: b.allocSize(), Buffer: buf, BlockID: b.ID()}
+func (b *PooledBuffer) event(k EventKind, blk *block) Event {
+	return Event{Kind: k, Size: b.Size(), AllocSize: blk.Size, Buffer: blk.Seg.Data, Offset: blk.Off, BlockID: b.ID()}
 }

@@ -181,7 +181,8 @@ func TestStatsAgainstAHandComputedSequence(t *testing.T) {
 	assert.Zero(t, s.Hits+s.Misses+s.DeviceAllocs+s.DeviceFrees)
 
 	m := p.MemoryStats()
-	assert.Len(t, m, 6*3*4+4)
+	assert.Len(t, m, 9*3*4+2*4+1+4, "9 groups, 2 oversize stats, max_split_size and 4 counts")
+	assert.Equal(t, int64(-1), m["max_split_size"], "no limit, as torch reports it")
 	assert.Equal(t, small, m["allocated_bytes.all.current"])
 	assert.Equal(t, small, m["active_bytes.small_pool.current"])
 	assert.Equal(t, int64(1), m["allocation.all.current"])

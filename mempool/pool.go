@@ -11,10 +11,11 @@ import (
 	"github.com/clpool/clpool/cl"
 )
 
-// This file holds the pool's whole policy: binning a request, reusing held
-// blocks (LIFO per bin), allocating on a miss within the limit, reacting to
-// out-of-memory, and what giving a block back does. Every counter changes
-// under p.mu; hooks are called outside it.
+// This file is the pool's core, the same for every policy: the public
+// API, the lock, reserving bytes under the limit, the out-of-memory
+// ladder, what giving a block back does, and Close. Where a request goes
+// is the policy's (policy.go); every counter changes in the ledger
+// (ledger.go), under p.mu; hooks and the allocator are called outside it.
 
 // Pool is a memory pool of device buffers over an Allocator. It is safe for
 // concurrent use.
@@ -23,33 +24,48 @@ type Pool struct {
 	device      *cl.Device // for hooks and errors; nil if the allocator does not say
 	maxAlloc    int64      // the device's largest buffer; 0 if unknown
 	leadingBits int
+	arena       bool  // WithArena
+	maxSplit    int64 // WithMaxSplitSize; 0: none
+	align       int64 // the arena's block alignment
 	limit       int64 // 0: no limit
 	dropSafety  bool
 	hooks       atomic.Pointer[[]*hookEntry] // nil when none: the hot path checks only that
 	hooksMu     sync.Mutex                   // serializes AddHook and its remove
 
-	mu       sync.Mutex
-	bins     binTable       // held blocks, by bin
-	exactBin *bin           // the bin of exact-size blocks, which are never held (see Allocate)
-	slab     []PooledBuffer // handed out one by one without drop safety (see handOutLocked)
-	holding  bool           // false after StopHolding: given-back blocks are freed
-	closed   bool
-	s        Stats // the counters; guarded by mu
+	mu      sync.Mutex // protects the fields below
+	pol     placement
+	slab    []PooledBuffer // handed out one by one without drop safety (see handOutLocked)
+	holding bool           // false after StopHolding: given-back blocks are freed
+	closed  bool
+	l       ledger
 }
 
 // Option configures a Pool.
 type Option func(*Pool)
 
 // WithLeadingBits sets leading_bits_in_bin_id, the bits of a size after its
-// leading one that name its bin: more bits waste less memory per block and
-// make more bins. The default is 4 (a block wastes at most 1/16 of its size).
-// New accepts 0 to MaxLeadingBits.
+// leading one that name its bin (with WithArena, its size class): more bits
+// waste less memory per block and make more bins. The default is 4 (a block
+// wastes at most 1/16 of its size). New accepts 0 to MaxLeadingBits.
 func WithLeadingBits(n int) Option { return func(p *Pool) { p.leadingBits = n } }
 
 // WithLimit caps the pool's managed bytes (active plus held, as CuPy counts
-// them). A request that would pass the cap makes the pool free held blocks
+// them). A request that would pass the cap makes the pool free held memory
 // first; if that is not enough, it fails with ErrOutOfMemory.
 func WithLimit(bytes int64) Option { return func(p *Pool) { p.limit = bytes } }
+
+// WithArena makes the pool a splitting arena instead of exact bins: it
+// allocates segments (2 MiB for requests up to 1 MiB; larger ones growing
+// with the pool) and cuts them into blocks, merging blocks given back with
+// their free neighbours. It holds close to the live peak where exact bins
+// can hold many times it; see the package doc.
+func WithArena() Option { return func(p *Pool) { p.arena = true } }
+
+// WithMaxSplitSize makes requests over n bytes oversize, as torch's
+// max_split_size_mb does: each gets a segment of its own that is never
+// split, and only oversize requests reuse it, so that large blocks are not
+// cut into pieces that no large request can use again. It needs WithArena.
+func WithMaxSplitSize(n int64) Option { return func(p *Pool) { p.maxSplit = n } }
 
 // WithDropSafety sets whether a PooledBuffer dropped without Close goes back
 // to the pool after garbage collection (the default, as in PyOpenCL). Each
@@ -71,176 +87,210 @@ func New(a allocator.Allocator, opts ...Option) (*Pool, error) {
 	for _, o := range opts {
 		o(p)
 	}
-	if p.leadingBits < 0 || p.leadingBits > MaxLeadingBits {
+	switch {
+	case p.leadingBits < 0 || p.leadingBits > MaxLeadingBits:
 		return nil, fmt.Errorf("mempool: New: leading bits %d outside 0..%d", p.leadingBits, MaxLeadingBits)
-	}
-	if p.limit < 0 {
+	case p.limit < 0:
 		return nil, fmt.Errorf("mempool: New: negative limit %d", p.limit)
+	case p.maxSplit < 0:
+		return nil, fmt.Errorf("mempool: New: negative max split size %d", p.maxSplit)
+	case p.maxSplit > 0 && !p.arena:
+		return nil, errors.New("mempool: New: WithMaxSplitSize needs WithArena: exact bins never split")
 	}
-	p.bins = newBinTable(p, p.leadingBits)
-	p.exactBin = &bin{pool: p, exact: true}
 	if p.device != nil {
 		p.maxAlloc = p.device.MaxMemAllocSize
 	}
-	p.s.LeadingBits, p.s.Limit, p.s.Holding = p.leadingBits, p.limit, true
+	p.align = arenaAlignment(p.device)
+	p.pol = p.newPlacement()
+	p.l.s = Stats{Policy: "bins", LeadingBits: p.leadingBits, MaxSplitSize: p.maxSplit, Limit: p.limit, Holding: true}
+	if p.arena {
+		p.l.s.Policy = "arena"
+	}
 	return p, nil
 }
 
-// Allocate returns a buffer of at least size bytes: the most recently given
-// back block of size's bin if there is one, else a new block of the bin's
-// AllocSize from the allocator. Allocate(0) returns a real 1-byte block. A
-// negative size is an error, and changes nothing.
+// Allocate returns a buffer of at least size bytes. With exact bins (the
+// default) it is the most recently given back block of size's bin if there
+// is one, else a new block of the bin's AllocSize from the allocator; with
+// WithArena, a block cut from a segment. Allocate(0) returns a real block
+// (1 byte with bins, the arena's smallest block with it). A negative size
+// is an error, and changes nothing.
 //
-// Near the device's largest buffer (MaxMemAllocSize), a bin's AllocSize can
-// pass the limit while the request does not: such a request gets a block of
-// exactly its size, which is freed on Close rather than held, since it is
-// too small for the rest of its bin. (PyOpenCL fails these requests.)
+// Near the device's largest buffer (MaxMemAllocSize), the block a policy
+// would make can pass the limit while the request does not: such a request
+// gets a block of exactly its size, which is freed on Close rather than
+// held, since it is too small for the rest of its bin. (PyOpenCL fails these
+// requests.)
 func (p *Pool) Allocate(size int64) (*PooledBuffer, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("mempool: Allocate(%d): negative size: %w", size, cl.ErrInvalidBufferSize)
 	}
-	bn := BinNumber(size, p.leadingBits)
 	hooks := p.hooks.Load()
 	if hooks != nil {
-		n, _ := p.blockSize(bn, size)
-		p.emit(hooks, Event{Kind: MallocBefore, Size: size, AllocSize: n})
+		p.emit(hooks, Event{Kind: MallocBefore, Size: size, AllocSize: p.blockSize(size)})
 	}
 	pb := p.newPooledBuffer()
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil, p.mallocFailed(hooks, size, bn, ErrPoolClosed)
+		return nil, p.mallocFailed(hooks, size, ErrPoolClosed)
 	}
-	if b := p.bins.get(bn); b != nil && len(b.bufs) > 0 {
-		buf := b.pop()
-		p.s.Hits++
-		p.s.HeldBlocks--
-		p.s.HeldBytes -= b.allocSize
-		p.activate(b.allocSize, size)
+	if b := p.pol.Get(size); b != nil {
+		p.l.hit(b, size)
+		p.l.sync(p.pol.Counts())
 		pb = p.handOutLocked(pb)
 		p.mu.Unlock()
-		return p.wrap(hooks, pb, b, buf, size), nil
+		return p.wrap(hooks, pb, b, size), nil
 	}
-	p.s.Misses++
+	p.l.miss()
+	gone := p.pol.BeforeGrow(size)
+	p.forgetLocked(gone...)
+	p.l.sync(p.pol.Counts())
 	p.mu.Unlock()
+	p.freeSegments(gone, nil)
 
-	b, buf, pb, err := p.allocateBlock(hooks, bn, size, pb)
+	b, pb, err := p.allocateBlock(hooks, size, pb)
 	if err != nil {
-		return nil, p.mallocFailed(hooks, size, bn, err)
+		return nil, p.mallocFailed(hooks, size, err)
 	}
-	return p.wrap(hooks, pb, b, buf, size), nil
+	return p.wrap(hooks, pb, b, size), nil
 }
 
-// blockSize returns the bytes a new block for a request of size in bin bn
-// takes: the bin's AllocSize, or exactly size (exact) where only that fits
-// the device's largest buffer.
-func (p *Pool) blockSize(bn uint32, size int64) (n int64, exact bool) {
-	n = AllocSize(bn, p.leadingBits)
+// blockSize returns the bytes of the block a request of size gets (see
+// newSegmentLocked for requests near the device's limit).
+func (p *Pool) blockSize(size int64) int64 {
+	p.mu.Lock()
+	n := p.pol.BlockSize(size)
+	p.mu.Unlock()
 	if p.maxAlloc > 0 && n > p.maxAlloc && size <= p.maxAlloc {
-		return max(size, 1), true
+		return max(size, 1)
 	}
-	return n, false
+	return n
 }
 
-// activate counts a block handed out. p.mu must be held.
-func (p *Pool) activate(allocSize, size int64) {
-	large := allocSize >= SmallBlock
-	p.s.Allocation.add(large, 1)
-	p.s.AllocatedBytes.add(large, allocSize)
-	p.s.ActiveBytes += size
-	p.s.PeakActiveBytes = max(p.s.PeakActiveBytes, p.s.ActiveBytes)
+// newSegmentLocked returns the segment, not yet allocated, that a miss of
+// size makes: the policy's, or one of exactly size bytes where only that
+// fits the device's largest buffer. p.mu must be held.
+func (p *Pool) newSegmentLocked(size int64) *segment {
+	seg := p.pol.NewSegment(size)
+	if p.maxAlloc > 0 && seg.Size > p.maxAlloc && size <= p.maxAlloc {
+		seg.Size, seg.Exact, seg.Oversize = max(size, 1), true, false
+	}
+	return seg
 }
 
-// deactivate counts a block given back. p.mu must be held.
-func (p *Pool) deactivate(allocSize, size int64) {
-	large := allocSize >= SmallBlock
-	p.s.Allocation.sub(large, 1)
-	p.s.AllocatedBytes.sub(large, allocSize)
-	p.s.ActiveBytes -= size
-}
-
-// allocateBlock gets a new block for a miss: it reserves the bin's bytes
-// under the limit, then asks the allocator, freeing held blocks (largest
-// first) after each out-of-memory until the allocation succeeds or nothing
-// is left to free. It returns the block's bin (p.exactBin for an
-// exact-size block) and pb, from newPooledBuffer, readied by handOutLocked.
-func (p *Pool) allocateBlock(hooks hookList, bn uint32, size int64, pb *PooledBuffer) (*bin, *cl.Buffer, *PooledBuffer, error) {
-	n, exact := p.blockSize(bn, size)
-	if err := p.reserve(size, n); err != nil {
-		return nil, nil, nil, err
+// allocateBlock gets a new segment for a miss and cuts the block from it.
+// It reserves the segment's bytes under the limit, then asks the allocator.
+// After an out-of-memory, it collects dropped buffers (once) and serves the
+// request from what came back if it can; otherwise it frees wholly free
+// segments, largest first, retrying after each, then tries the smaller
+// segments the policy offers, before it gives up. pb, from
+// newPooledBuffer, comes back readied by handOutLocked.
+func (p *Pool) allocateBlock(hooks hookList, size int64, pb *PooledBuffer) (*block, *PooledBuffer, error) {
+	p.mu.Lock()
+	seg := p.newSegmentLocked(size)
+	p.mu.Unlock()
+	if err := p.reserve(size, seg); err != nil {
+		return nil, nil, err
 	}
 	collected := false
 	for {
 		if hooks != nil {
-			p.emit(hooks, Event{Kind: AllocBefore, Size: n, AllocSize: n})
+			p.emit(hooks, Event{Kind: AllocBefore, Size: seg.Size, AllocSize: seg.Size})
 		}
-		buf, err := p.alloc.Allocate(n)
+		buf, err := p.alloc.Allocate(seg.Size)
 		if hooks != nil {
-			p.emit(hooks, Event{Kind: AllocAfter, Size: n, AllocSize: n, Buffer: buf, Err: err})
+			p.emit(hooks, Event{Kind: AllocAfter, Size: seg.Size, AllocSize: seg.Size, Buffer: buf, Err: err})
 		}
 		if err == nil {
+			seg.Data = buf
 			p.mu.Lock()
-			p.s.DeviceAllocs++
-			p.s.Segment.add(n >= SmallBlock, 1)
-			p.activate(n, size)
-			b := p.exactBin
-			if !exact {
-				b = p.bins.make(bn)
-			}
+			p.l.segmentAdded(seg)
+			b := p.pol.Add(seg, size)
+			p.l.activate(b, size)
+			p.l.sync(p.pol.Counts())
 			pb = p.handOutLocked(pb)
 			p.mu.Unlock()
-			return b, buf, pb, nil
+			return b, pb, nil
 		}
 		if !isOutOfMemory(err) {
-			p.unreserve(n)
-			return nil, nil, nil, fmt.Errorf("mempool: allocating %d bytes for a %d-byte request: %w", n, size, err)
+			p.unreserve(seg)
+			return nil, nil, fmt.Errorf("mempool: allocating %d bytes for a %d-byte request: %w", seg.Size, size, err)
 		}
 		p.mu.Lock()
-		p.s.OOMRetries++
+		p.l.oomRetried()
 		p.mu.Unlock()
 		if !collected {
-			// Buffers dropped without Close come back as held blocks.
+			// Buffers dropped without Close come back as held blocks, and
+			// one of them may serve the request.
 			collected = true
 			p.collectDropped()
+			p.mu.Lock()
+			if b := p.pol.Get(size); b != nil {
+				p.l.unreserve(seg)
+				p.l.hit(b, size)
+				p.l.sync(p.pol.Counts())
+				pb = p.handOutLocked(pb)
+				p.mu.Unlock()
+				return b, pb, nil
+			}
+			p.mu.Unlock()
 		}
-		if !p.freeLargestHeld() {
-			p.unreserve(n)
-			return nil, nil, nil, p.outOfMemory(size, n, err)
+		if p.freeLargestHeld() {
+			continue
+		}
+		p.mu.Lock()
+		smaller := p.pol.Smaller(size, seg.Size)
+		if smaller > 0 {
+			p.l.unreserve(seg)
+			seg.Size = smaller
+			p.l.reserve(seg)
+		}
+		p.mu.Unlock()
+		if smaller == 0 {
+			p.unreserve(seg)
+			return nil, nil, p.outOfMemory(size, seg.Size, err)
 		}
 	}
 }
 
-// reserve counts n bytes as managed before they are allocated, so that
-// concurrent misses cannot pass the limit together. Over the limit, it frees
-// held blocks, largest first, then collects dropped buffers once, before it
-// gives up.
-func (p *Pool) reserve(size, n int64) error {
+// reserve counts seg's bytes as managed before they are allocated, so that
+// concurrent misses cannot pass the limit together. Over the limit, it
+// frees wholly free segments, largest first, then collects dropped buffers
+// once, before it gives up. A request that could not fit the limit even
+// with nothing else in the pool fails at once and frees nothing.
+func (p *Pool) reserve(size int64, seg *segment) error {
+	if p.limit > 0 && seg.Size > p.limit {
+		return p.outOfMemory(size, seg.Size, nil)
+	}
 	collected := false
 	for {
 		p.mu.Lock()
-		if p.limit == 0 || p.s.ReservedBytes.current()+n <= p.limit {
-			p.s.ReservedBytes.add(n >= SmallBlock, n)
+		if p.limit == 0 || p.l.reserved()+seg.Size <= p.limit {
+			p.l.reserve(seg)
 			p.mu.Unlock()
 			return nil
 		}
-		buf := p.popLargestHeldLocked()
+		s := p.pol.TakeLargest()
+		p.forgetLocked(s)
+		p.l.sync(p.pol.Counts())
 		p.mu.Unlock()
 		switch {
-		case buf != nil:
-			p.freeDevice(buf)
+		case s != nil:
+			p.freeSegments([]*segment{s}, nil)
 		case !collected:
 			collected = true
 			p.collectDropped()
 		default:
-			return p.outOfMemory(size, n, nil)
+			return p.outOfMemory(size, seg.Size, nil)
 		}
 	}
 }
 
 // unreserve takes back a reservation whose allocation failed.
-func (p *Pool) unreserve(n int64) {
+func (p *Pool) unreserve(seg *segment) {
 	p.mu.Lock()
-	p.s.ReservedBytes.sub(n >= SmallBlock, n)
+	p.l.unreserve(seg)
 	p.mu.Unlock()
 }
 
@@ -255,7 +305,7 @@ func isOutOfMemory(err error) bool {
 func (p *Pool) outOfMemory(size, n int64, cause error) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.s.OOMs++
+	p.l.oomRefused()
 	s := p.snapshot()
 	e := &OutOfMemoryError{
 		Requested: size, AllocSize: n,
@@ -266,17 +316,17 @@ func (p *Pool) outOfMemory(size, n int64, cause error) error {
 	if p.device != nil {
 		e.DeviceTotal = p.device.GlobalMemSize
 	}
-	if b := p.bins.largestHeld(); b != nil {
-		e.LargestHeldBin, e.LargestHeldSize = b.num, b.allocSize
+	if n := p.pol.LargestFree(); n > 0 {
+		e.LargestHeldBin, e.LargestHeldSize = BinNumber(n, p.leadingBits), n
 	}
 	return e
 }
 
 // put takes back the block of a PooledBuffer, marking it closed (a negative
 // pb.size): the block is held for reuse, or, after StopHolding (or for an
-// exact-size block), freed at once. A PooledBuffer already closed returns
-// ErrClosed and changes nothing. The closed mark is guarded by p.mu, which
-// put takes anyway.
+// exact-size block), its segment is freed once wholly free. A PooledBuffer
+// already closed returns ErrClosed and changes nothing. The closed mark is
+// guarded by p.mu, which put takes anyway.
 func (p *Pool) put(pb *PooledBuffer) error {
 	hooks := p.hooks.Load()
 	p.mu.Lock()
@@ -285,110 +335,108 @@ func (p *Pool) put(pb *PooledBuffer) error {
 		p.mu.Unlock()
 		return ErrClosed
 	}
-	buf := pb.buf
-	pb.size, pb.buf = ^size, nil // closed before the hook: a racing Close gets ErrClosed
+	b := pb.blk
+	pb.size = ^size // closed before the hook: a racing Close gets ErrClosed
 	if p.dropSafety {
 		runtime.SetFinalizer(pb, nil) // under p.mu: see handOutLocked
 	}
 	if hooks != nil {
 		p.mu.Unlock()
-		p.emit(hooks, pb.event(FreeBefore, buf))
+		p.emit(hooks, pb.event(FreeBefore, b))
 		p.mu.Lock()
 	}
-	var err error
-	if b := pb.bin; p.holding && !b.exact {
-		p.deactivate(b.allocSize, size)
-		b.bufs = append(b.bufs, buf)
-		p.s.HeldBlocks++
-		p.s.HeldBytes += b.allocSize
-		p.mu.Unlock()
-	} else {
-		n := pb.allocSize()
-		p.deactivate(n, size)
-		p.s.Segment.sub(n >= SmallBlock, 1)
-		p.s.ReservedBytes.sub(n >= SmallBlock, n)
-		p.mu.Unlock()
-		err = p.freeDevice(buf)
+	p.l.deactivate(b, size)
+	var gone []*segment
+	if s := p.pol.Put(b); s != nil {
+		gone = append(gone, s)
 	}
+	if !p.holding {
+		for s := p.pol.TakeLargest(); s != nil; s = p.pol.TakeLargest() {
+			gone = append(gone, s)
+		}
+	}
+	p.forgetLocked(gone...)
+	p.l.sync(p.pol.Counts())
+	stale := p.pol.TakeStale(nil)
+	p.mu.Unlock()
+	err := p.freeSegments(gone, stale)
 	if hooks != nil {
-		e := pb.event(FreeAfter, buf)
+		e := pb.event(FreeAfter, b)
 		e.Err = err
 		p.emit(hooks, e)
 	}
 	return err
 }
 
-// popLargestHeldLocked takes the most recently held block of the largest
-// non-empty bin out of the pool's accounts, for the caller to free. It
-// returns nil if nothing is held. p.mu must be held.
-func (p *Pool) popLargestHeldLocked() *cl.Buffer {
-	if p.s.HeldBlocks == 0 {
-		return nil
+// forgetLocked takes segments the policy gave up out of the pool's
+// accounts, for freeSegments to free. p.mu must be held.
+func (p *Pool) forgetLocked(segs ...*segment) {
+	for _, s := range segs {
+		if s != nil {
+			p.l.segmentRemoved(s)
+		}
 	}
-	largest := p.bins.largestHeld()
-	p.forgetHeld(largest.allocSize)
-	return largest.pop()
 }
 
-// forgetHeld counts a held block of n bytes leaving the pool. p.mu must be held.
-func (p *Pool) forgetHeld(n int64) {
-	p.s.HeldBlocks--
-	p.s.HeldBytes -= n
-	p.s.Segment.sub(n >= SmallBlock, 1)
-	p.s.ReservedBytes.sub(n >= SmallBlock, n)
-}
-
-// freeLargestHeld frees one held block of the largest bin, and reports
+// freeLargestHeld frees the largest wholly free segment, and reports
 // whether there was one.
 func (p *Pool) freeLargestHeld() bool {
 	p.mu.Lock()
-	buf := p.popLargestHeldLocked()
+	s := p.pol.TakeLargest()
+	p.forgetLocked(s)
+	p.l.sync(p.pol.Counts())
+	stale := p.pol.TakeStale(nil)
 	p.mu.Unlock()
-	if buf == nil {
+	if s == nil {
 		return false
 	}
-	p.freeDevice(buf)
+	p.freeSegments([]*segment{s}, stale)
 	return true
 }
 
-// freeDevice gives a buffer, already out of the pool's accounts, back to
-// the allocator.
-func (p *Pool) freeDevice(buf *cl.Buffer) error {
-	err := p.alloc.Free(buf)
-	p.mu.Lock()
-	p.s.DeviceFrees++
-	if err != nil {
-		p.s.FreeErrors++
+// freeSegments releases the sub-buffers of stale blocks, then gives the
+// segments, already out of the pool's accounts, back to the allocator. It
+// returns the allocator's errors, joined.
+func (p *Pool) freeSegments(segs []*segment, stale []*cl.Buffer) error {
+	for _, sub := range stale {
+		_ = sub.Release() // a sub-buffer of ours: its release can fail only if its context is gone
 	}
-	p.mu.Unlock()
-	return err
+	var errs []error
+	for _, s := range segs {
+		err := p.alloc.Free(s.Data)
+		p.mu.Lock()
+		p.l.deviceFreed(err)
+		p.mu.Unlock()
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
-// FreeHeld frees every held block.
+// FreeHeld frees every wholly free segment: with exact bins, every held
+// block. An arena's free blocks that share a segment with active blocks
+// stay, as they are part of memory in use.
 func (p *Pool) FreeHeld() {
 	p.mu.Lock()
-	var bufs []*cl.Buffer
-	p.bins.each(func(b *bin) {
-		for _, buf := range b.bufs {
-			bufs = append(bufs, buf)
-			p.forgetHeld(b.allocSize)
-		}
-		clear(b.bufs)
-		b.bufs = b.bufs[:0]
-	})
-	p.mu.Unlock()
-	for _, buf := range bufs {
-		p.freeDevice(buf)
+	var segs []*segment
+	for s := p.pol.TakeLargest(); s != nil; s = p.pol.TakeLargest() {
+		segs = append(segs, s)
 	}
+	p.forgetLocked(segs...)
+	p.l.sync(p.pol.Counts())
+	stale := p.pol.TakeStale(nil)
+	p.mu.Unlock()
+	p.freeSegments(segs, stale)
 }
 
-// StopHolding frees every held block, and from now on frees blocks as they
-// are given back instead of holding them. It cannot be undone; Allocate
-// still works, allocating every request anew.
+// StopHolding frees every held segment, and from now on frees segments as
+// they become wholly free instead of holding them. It cannot be undone;
+// Allocate still works.
 func (p *Pool) StopHolding() {
 	p.mu.Lock()
 	p.holding = false
-	p.s.Holding = false
+	p.l.setHolding(false)
 	p.mu.Unlock()
 	p.FreeHeld()
 }
@@ -421,22 +469,23 @@ func (p *Pool) HeldBlocks() int { return p.Stats().HeldBlocks }
 // ActiveBlocks returns the number of blocks handed out and not yet given back.
 func (p *Pool) ActiveBlocks() int { return p.Stats().ActiveBlocks }
 
-// ManagedBytes returns the alloc sizes of all blocks the pool owns.
+// ManagedBytes returns the sizes of all segments the pool owns.
 func (p *Pool) ManagedBytes() int64 { return p.Stats().ManagedBytes }
 
 // ActiveBytes returns the sizes requested for the active blocks.
 func (p *Pool) ActiveBytes() int64 { return p.Stats().ActiveBytes }
 
-// HeldBytes returns the alloc sizes of the held blocks.
+// HeldBytes returns the sizes of the held blocks.
 func (p *Pool) HeldBytes() int64 { return p.Stats().HeldBytes }
 
-// LargestHeldBin returns the largest bin that holds a block, and whether
+// LargestHeldBin returns the bin of the largest held block (with
+// WithArena, of the size class of the largest free block), and whether
 // there is one.
 func (p *Pool) LargestHeldBin() (uint32, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if b := p.bins.largestHeld(); b != nil {
-		return b.num, true
+	if n := p.pol.LargestFree(); n > 0 {
+		return BinNumber(n, p.leadingBits), true
 	}
 	return 0, false
 }

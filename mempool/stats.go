@@ -51,6 +51,16 @@ func (g *StatGroup) sub(large bool, n int64) {
 	}
 }
 
+// move adds n if it is positive, takes -n away if negative.
+func (g *StatGroup) move(large bool, n int64) {
+	switch {
+	case n > 0:
+		g.add(large, n)
+	case n < 0:
+		g.sub(large, -n)
+	}
+}
+
 // current returns All.Current, which the pool does not keep.
 func (g *StatGroup) current() int64 { return g.Small.Current + g.Large.Current }
 
@@ -67,25 +77,33 @@ func (g *StatGroup) each(f func(*Stat)) { f(&g.All); f(&g.Small); f(&g.Large) }
 // fields agree with each other.
 type Stats struct {
 	// Blocks and bytes now. Active blocks are handed out; held blocks were
-	// given back and wait for reuse.
+	// given back and wait for reuse (the arena's free blocks, split ones
+	// included).
 	ActiveBlocks int
 	HeldBlocks   int
 	ActiveBytes  int64 // the sizes requested for the active blocks
-	HeldBytes    int64 // the alloc sizes of the held blocks
-	ManagedBytes int64 // the alloc sizes of all blocks the pool owns, active or held, plus allocations in flight
+	HeldBytes    int64 // the sizes of the held blocks
+	ManagedBytes int64 // the sizes of all segments the pool owns, plus allocations in flight
 
 	// Peaks since New or ResetPeak.
 	PeakActiveBytes  int64 // the most ActiveBytes has been
 	PeakManagedBytes int64 // the most ManagedBytes has been
 
+	// Fragmentation is 1 - (largest held block / held bytes): 0 when the
+	// held memory is one block (or none), near 1 when it is in many small
+	// pieces that a large request cannot use.
+	Fragmentation float64
+
 	// Configuration.
-	LeadingBits int
-	Limit       int64 // 0: no limit
-	Holding     bool  // false after StopHolding or Close
+	Policy       string // "bins" (exact bins, the default) or "arena" (WithArena)
+	LeadingBits  int
+	MaxSplitSize int64 // WithMaxSplitSize; 0: no limit
+	Limit        int64 // 0: no limit
+	Holding      bool  // false after StopHolding or Close
 
 	// Totals since New or ResetAccumulated.
 	Hits         int64 // requests served by a held block
-	Misses       int64 // requests that found no held block of their bin
+	Misses       int64 // requests that found no held block that fits
 	DeviceAllocs int64 // buffers the allocator handed out (torch: num_device_alloc)
 	DeviceFrees  int64 // buffers given back to the allocator (num_device_free)
 	FreeErrors   int64 // frees the allocator reported an error for (the buffer is dropped all the same)
@@ -94,13 +112,28 @@ type Stats struct {
 	OOMs         int64 // requests refused with ErrOutOfMemory (num_ooms)
 
 	// The torch-style statistics (torch.cuda.memory_stats), by all, small
-	// and large blocks; MemoryStats names them as torch does. A block's
-	// size class is that of its alloc size. The pool has no streams, so
-	// torch's "active" equals "allocation" here.
-	Allocation     StatGroup // blocks handed out (torch: allocation, active)
-	AllocatedBytes StatGroup // their alloc sizes (allocated_bytes, active_bytes)
-	Segment        StatGroup // device allocations the pool owns, active or held (segment)
-	ReservedBytes  StatGroup // their alloc sizes, plus allocations in flight (reserved_bytes)
+	// and large pool; MemoryStats names them as torch does. A block counts
+	// in the pool of its segment: the arena's small segments (requests up
+	// to 1 MiB), or, with exact bins, blocks under SmallBlock.
+	Allocation     StatGroup // blocks handed out (torch: allocation)
+	AllocatedBytes StatGroup // their sizes (allocated_bytes)
+	RequestedBytes StatGroup // the sizes requested for them (requested_bytes)
+	// Active blocks and their bytes (torch: active, active_bytes). In torch
+	// they differ from allocation while freed blocks wait for other
+	// streams; a pool without queues hands a block back at once, so here
+	// they equal Allocation and AllocatedBytes.
+	Active             StatGroup
+	ActiveBlockBytes   StatGroup
+	InactiveSplit      StatGroup // held blocks that share their segment with other blocks (inactive_split)
+	InactiveSplitBytes StatGroup // their bytes (inactive_split_bytes)
+	Segment            StatGroup // device allocations the pool owns (segment)
+	ReservedBytes      StatGroup // their sizes, plus allocations in flight (reserved_bytes)
+
+	// Oversize blocks and segments: those over the maximum split size,
+	// never split (WithMaxSplitSize; torch: oversize_allocations,
+	// oversize_segments). Without it there are none.
+	OversizeAllocations Stat
+	OversizeSegments    Stat
 }
 
 // groups lists the torch groups with torch's names, in torch's order.
@@ -113,7 +146,9 @@ func (s *Stats) groups() []struct {
 		g    *StatGroup
 	}{
 		{"allocation", &s.Allocation}, {"allocated_bytes", &s.AllocatedBytes},
-		{"active", &s.Allocation}, {"active_bytes", &s.AllocatedBytes},
+		{"requested_bytes", &s.RequestedBytes},
+		{"active", &s.Active}, {"active_bytes", &s.ActiveBlockBytes},
+		{"inactive_split", &s.InactiveSplit}, {"inactive_split_bytes", &s.InactiveSplitBytes},
 		{"segment", &s.Segment}, {"reserved_bytes", &s.ReservedBytes},
 	}
 }
@@ -123,7 +158,7 @@ func (s *Stats) groups() []struct {
 // "num_ooms", ...), so dashboards written for PyTorch carry over.
 func (p *Pool) MemoryStats() map[string]int64 {
 	s := p.Stats()
-	m := make(map[string]int64, 90)
+	m := make(map[string]int64, 128)
 	for _, gr := range s.groups() {
 		for _, pool := range []struct {
 			name string
@@ -135,6 +170,19 @@ func (p *Pool) MemoryStats() map[string]int64 {
 			m[prefix+"allocated"] = pool.st.Allocated
 			m[prefix+"freed"] = pool.st.Freed
 		}
+	}
+	for _, st := range []struct {
+		name string
+		st   Stat
+	}{{"oversize_allocations", s.OversizeAllocations}, {"oversize_segments", s.OversizeSegments}} {
+		m[st.name+".current"] = st.st.Current
+		m[st.name+".peak"] = st.st.Peak
+		m[st.name+".allocated"] = st.st.Allocated
+		m[st.name+".freed"] = st.st.Freed
+	}
+	m["max_split_size"] = s.MaxSplitSize
+	if s.MaxSplitSize == 0 {
+		m["max_split_size"] = -1 // as torch reports no limit
 	}
 	m["num_alloc_retries"] = s.OOMRetries
 	m["num_ooms"] = s.OOMs
@@ -148,11 +196,7 @@ func (p *Pool) MemoryStats() map[string]int64 {
 func (p *Pool) ResetPeak() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, gr := range p.s.groups() {
-		gr.g.sumAll()
-		gr.g.each(func(s *Stat) { s.Peak = s.Current })
-	}
-	p.s.PeakActiveBytes = p.s.ActiveBytes
+	p.l.resetPeak()
 }
 
 // ResetAccumulated zeroes the totals (the Allocated and Freed of every
@@ -161,23 +205,24 @@ func (p *Pool) ResetPeak() {
 func (p *Pool) ResetAccumulated() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, gr := range p.s.groups() {
-		gr.g.each(func(s *Stat) { s.Allocated, s.Freed = 0, 0 })
-	}
-	s := &p.s
-	s.Hits, s.Misses, s.DeviceAllocs, s.DeviceFrees = 0, 0, 0, 0
-	s.FreeErrors, s.Reclaimed, s.OOMRetries, s.OOMs = 0, 0, 0, 0
+	p.l.resetAccumulated()
 }
 
-// snapshot fills in the fields derived from the torch groups. p.mu must be
-// held.
+// snapshot copies the counters and fills in the fields derived from them.
+// p.mu must be held.
 func (p *Pool) snapshot() Stats {
-	s := p.s
+	s := p.l.s
+	s.Active, s.ActiveBlockBytes = s.Allocation, s.AllocatedBytes
 	for _, gr := range s.groups() {
 		gr.g.sumAll()
 	}
 	s.ActiveBlocks = int(s.Allocation.All.Current)
+	s.ActiveBytes = s.RequestedBytes.All.Current
+	s.PeakActiveBytes = s.RequestedBytes.All.Peak
 	s.ManagedBytes = s.ReservedBytes.All.Current
 	s.PeakManagedBytes = s.ReservedBytes.All.Peak
+	if s.HeldBytes > 0 {
+		s.Fragmentation = 1 - float64(p.pol.LargestFree())/float64(s.HeldBytes)
+	}
 	return s
 }

@@ -32,6 +32,7 @@ Replays an allocation trace through each configuration named by -configs:
   pool-deferred            a mempool.Pool over Deferred
   pool-immediate           a mempool.Pool over Immediate
   pool-immediate-nodrop    the same with WithDropSafety(false)
+  pool-arena               a mempool.Pool over Immediate with WithArena
 and prints ns/event (median of -runs runs after -warmup runs; the pool stays
 warm between runs), the hits, misses and device allocations of the first
 run, and peak managed and live bytes.
@@ -65,7 +66,7 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
-	configs := fs.String("configs", "deferred,immediate,pool-deferred,pool-immediate,pool-immediate-nodrop", "comma-separated configurations")
+	configs := fs.String("configs", "deferred,immediate,pool-deferred,pool-immediate,pool-immediate-nodrop,pool-arena", "comma-separated configurations")
 	runs := fs.Int("runs", 5, "timed runs per configuration")
 	warmup := fs.Int("warmup", 1, "untimed runs before them")
 	lb := fs.Int("leading-bits", 4, "the pools' leading bits in bin id")
@@ -116,11 +117,12 @@ func runConfig(name string, q *cl.CommandQueue, events []trace.Event, sum trace.
 	r := result{Config: name, PeakLive: sum.PeakLiveBytes}
 	var base allocator.Allocator
 	var err error
+	arena := name == "pool-arena"
 	switch strings.TrimPrefix(strings.TrimSuffix(name, "-nodrop"), "pool-") {
+	case "arena", "immediate":
+		base, err = allocator.NewImmediate(q, cl.MemReadWrite)
 	case "deferred":
 		base, err = allocator.NewDeferred(q.Context(), cl.MemReadWrite)
-	case "immediate":
-		base, err = allocator.NewImmediate(q, cl.MemReadWrite)
 	default:
 		return r, fmt.Errorf("unknown configuration %q", name)
 	}
@@ -130,7 +132,11 @@ func runConfig(name string, q *cl.CommandQueue, events []trace.Event, sum trace.
 	var once func() error
 	var pool *mempool.Pool
 	if strings.HasPrefix(name, "pool-") {
-		pool, err = mempool.New(base, mempool.WithLeadingBits(lb), mempool.WithDropSafety(!strings.HasSuffix(name, "-nodrop")))
+		opts := []mempool.Option{mempool.WithLeadingBits(lb), mempool.WithDropSafety(!strings.HasSuffix(name, "-nodrop"))}
+		if arena {
+			opts = append(opts, mempool.WithArena())
+		}
+		pool, err = mempool.New(base, opts...)
 		if err != nil {
 			return r, err
 		}

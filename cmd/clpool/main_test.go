@@ -18,7 +18,7 @@ func TestReplayPrintsEveryConfiguration(t *testing.T) {
 	err := replayCmd([]string{"-runs", "2", "-format", "tsv", path}, &out, &errs)
 	require.NoError(t, err, errs.String())
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	require.Len(t, lines, 6)
+	require.Len(t, lines, 7)
 	assert.Equal(t, "config\tns_per_event\thits\tmisses\tdevice_allocs\tpeak_managed\tpeak_live", lines[0])
 	for _, l := range lines[1:] {
 		f := strings.Split(l, "\t")
@@ -27,6 +27,9 @@ func TestReplayPrintsEveryConfiguration(t *testing.T) {
 	}
 	// In its first run the pool misses all three: 4000 and 4096 are in
 	// different bins, so the freed 4096-byte block does not serve 4000.
+	arena := strings.Split(lines[6], "\t")
+	assert.Equal(t, []string{"pool-arena", "2", "1", "1", "2097152"}, []string{arena[0], arena[2], arena[3], arena[4], arena[5]},
+		"the arena cuts all three from one 2 MiB segment")
 	f := strings.Split(lines[4], "\t")
 	assert.Equal(t, []string{"pool-immediate", "0", "3", "3"}, []string{f[0], f[2], f[3], f[4]})
 	assert.Contains(t, errs.String(), "run 3/3", "plain progress lines when not on a terminal")

@@ -31,8 +31,11 @@ type Arena[T comparable] struct {
 	segs       []*Segment[T] // every segment
 	empty      []*Segment[T] // the wholly free ones, in the order they became so
 	emptyBytes int64
-	counts     Counts
+	counts     Counts  // its own free set
+	shared     *Counts // the policy's, where this arena's splits go in SplitBlocks[kind]
+	kind       int
 	stale      []T
+	spare      *Block[T] // blocks merged away, for split to reuse (linked by fnext)
 }
 
 // NewArena returns an empty arena whose blocks are multiples of align (a
@@ -43,7 +46,22 @@ func NewArena[T comparable](align int64, leadingBits int) *Arena[T] {
 		panic(fmt.Sprintf("policy: arena alignment %d is not a power of two of at least %d", align, MinBlock))
 	}
 	lb := min(leadingBits, indexLeadingBits)
-	return &Arena[T]{align: align, lb: lb, heads: newClassTable[*Block[T]](lb)}
+	return &Arena[T]{align: align, lb: lb, heads: newClassTable[*Block[T]](lb), shared: new(Counts)}
+}
+
+// free counts a change of the free set in the arena's counts and the
+// policy's.
+func (a *Arena[T]) free(blocks int, bytes int64) {
+	a.counts.FreeBlocks += blocks
+	a.counts.FreeBytes += bytes
+	a.shared.FreeBlocks += blocks
+	a.shared.FreeBytes += bytes
+}
+
+// publish writes the arena's split blocks into the policy's counts.
+func (a *Arena[T]) publish() {
+	a.shared.SplitBlocks[a.kind] = a.counts.FreeBlocks - len(a.empty)
+	a.shared.SplitBytes[a.kind] = a.counts.FreeBytes - a.emptyBytes
 }
 
 // Round returns the bytes of the block that serves a request of size: a
@@ -67,6 +85,8 @@ func (a *Arena[T]) Get(n int64) *Block[T] {
 	a.unindex(b)
 	a.take(b)
 	a.split(b, n)
+	a.unpark(b)
+	a.publish()
 	return b
 }
 
@@ -83,6 +103,7 @@ func (a *Arena[T]) GetWhole(n, slack int64) *Block[T] {
 		return nil
 	}
 	a.take(best.first)
+	a.publish()
 	return best.first
 }
 
@@ -93,7 +114,10 @@ func (a *Arena[T]) Add(seg *Segment[T], n int64) *Block[T] {
 	seg.first, seg.blocks, seg.arena, seg.idx = b, 1, a, len(a.segs)
 	a.segs = append(a.segs, seg)
 	a.counts.Segments++
+	a.shared.Segments++
 	a.split(b, n)
+	a.unpark(b)
+	a.publish()
 	return b
 }
 
@@ -102,8 +126,7 @@ func (a *Arena[T]) Add(seg *Segment[T], n int64) *Block[T] {
 // segment is wholly free), else nil.
 func (a *Arena[T]) Put(b *Block[T]) (whole *Segment[T]) {
 	b.free = true
-	a.counts.FreeBlocks++
-	a.counts.FreeBytes += b.Size
+	a.free(1, b.Size)
 	if p := b.prev; p != nil && p.free {
 		a.unindex(p)
 		a.merge(p, b)
@@ -117,10 +140,12 @@ func (a *Arena[T]) Put(b *Block[T]) (whole *Segment[T]) {
 		a.index(b)
 	}
 	if !b.Whole() {
+		a.publish()
 		return nil
 	}
 	a.empty = append(a.empty, b.Seg)
 	a.emptyBytes += b.Size
+	a.publish()
 	return b.Seg
 }
 
@@ -136,11 +161,17 @@ func (a *Arena[T]) Remove(seg *Segment[T]) {
 	}
 	a.take(b)
 	a.dropCache(b)
+	for _, pk := range seg.parked {
+		a.stale = append(a.stale, pk.cache)
+	}
+	seg.parked = nil
 	last := a.segs[len(a.segs)-1]
 	a.segs[seg.idx], last.idx = last, seg.idx
 	a.segs[len(a.segs)-1] = nil
 	a.segs = a.segs[:len(a.segs)-1]
 	a.counts.Segments--
+	a.shared.Segments--
+	a.publish()
 	seg.arena = nil
 }
 
@@ -180,11 +211,12 @@ func (a *Arena[T]) LargestFree() int64 {
 	return m
 }
 
-// Counts returns the sizes of the free set.
+// Counts returns the sizes of the arena's free set, its split blocks
+// counted under its kind (0 unless the Arenas policy made it large).
 func (a *Arena[T]) Counts() Counts {
 	c := a.counts
-	c.SplitBlocks = c.FreeBlocks - len(a.empty)
-	c.SplitBytes = c.FreeBytes - a.emptyBytes
+	c.SplitBlocks[a.kind] = c.FreeBlocks - len(a.empty)
+	c.SplitBytes[a.kind] = c.FreeBytes - a.emptyBytes
 	return c
 }
 
@@ -203,8 +235,7 @@ func (a *Arena[T]) take(b *Block[T]) {
 		a.forgetEmpty(b.Seg)
 	}
 	b.free = false
-	a.counts.FreeBlocks--
-	a.counts.FreeBytes -= b.Size
+	a.free(-1, -b.Size)
 }
 
 // forgetEmpty takes seg off the list of wholly free segments.
@@ -225,39 +256,68 @@ func (a *Arena[T]) split(b *Block[T], n int64) {
 	if rest < a.align || b.Seg.Oversize {
 		return
 	}
-	r := &Block[T]{Seg: b.Seg, Off: b.Off + n, Size: rest, free: true, prev: b, next: b.next}
+	r := a.spare
+	if r != nil {
+		a.spare = r.fnext
+	} else {
+		r = new(Block[T])
+	}
+	*r = Block[T]{Seg: b.Seg, Off: b.Off + n, Size: rest, free: true, prev: b, next: b.next}
 	if b.next != nil {
 		b.next.prev = r
 	}
 	b.next = r
+	a.dropCache(b)
 	b.Size = n
 	b.Seg.blocks++
-	a.dropCache(b)
-	a.counts.FreeBlocks++
-	a.counts.FreeBytes += rest
+	a.free(1, rest)
 	a.index(r)
 }
 
 // merge joins free block n into its free neighbour b before it; both are
 // out of the index. b is still counted once as free, n is no more.
 func (a *Arena[T]) merge(b, n *Block[T]) {
+	a.dropCache(b)
+	a.dropCache(n)
 	b.Size += n.Size
 	b.next = n.next
 	if n.next != nil {
 		n.next.prev = b
 	}
 	b.Seg.blocks--
-	a.counts.FreeBlocks--
-	a.dropCache(b)
-	a.dropCache(n)
-	n.prev, n.next = nil, nil
+	a.free(-1, 0)
+	*n = Block[T]{fnext: a.spare}
+	a.spare = n
 }
 
+// dropCache parks the cache of a block whose range is about to change.
 func (a *Arena[T]) dropCache(b *Block[T]) {
 	var zero T
+	if b.Cache == zero {
+		return
+	}
+	s := b.Seg
+	if len(s.parked) == maxParked {
+		a.stale = append(a.stale, s.parked[0].cache)
+		s.parked = append(s.parked[:0], s.parked[1:]...)
+	}
+	s.parked = append(s.parked, parked[T]{b.Off, b.Size, b.Cache})
+	b.Cache = zero
+}
+
+// unpark gives an active block the cache parked for its range, if any.
+func (a *Arena[T]) unpark(b *Block[T]) {
+	var zero T
 	if b.Cache != zero {
-		a.stale = append(a.stale, b.Cache)
-		b.Cache = zero
+		return
+	}
+	s := b.Seg
+	for i, pk := range s.parked {
+		if pk.off == b.Off && pk.size == b.Size {
+			b.Cache = pk.cache
+			s.parked = append(s.parked[:i], s.parked[i+1:]...)
+			return
+		}
 	}
 }
 

@@ -28,7 +28,7 @@ func TestArenaSplit(t *testing.T) {
 	require.NotNil(t, b2)
 	assert.Same(t, s, b2.Seg)
 	assert.Equal(t, int64(1024), b2.Off)
-	assert.Equal(t, policy.Counts{FreeBlocks: 1, FreeBytes: 2048, SplitBlocks: 1, SplitBytes: 2048, Segments: 1}, a.Counts())
+	assert.Equal(t, policy.Counts{FreeBlocks: 1, FreeBytes: 2048, SplitBlocks: [2]int{1, 0}, SplitBytes: [2]int64{2048, 0}, Segments: 1}, a.Counts())
 	a.Put(b1)
 	a.Put(b2)
 }
@@ -63,11 +63,11 @@ func TestArenaFreeAllBlocksWithASplitBlockInUse(t *testing.T) {
 	require.NotNil(t, b2)
 	p.Put(b1)
 	assert.Nil(t, p.TakeLargest(), "b2 is still in use")
-	assert.Equal(t, 2, p.Counts().SplitBlocks, "b1 and the tail, on either side of b2")
+	assert.Equal(t, [2]int{2, 0}, p.Counts().SplitBlocks, "b1 and the tail, on either side of b2")
 	p.Put(b2)
 	s := p.TakeLargest()
 	require.NotNil(t, s)
-	assert.Equal(t, policy.Counts{}, p.Counts())
+	assert.Equal(t, policy.Counts{}, *p.Counts())
 	require.NoError(t, p.Check())
 }
 
@@ -91,24 +91,28 @@ func TestArenaGoodFitAndAlignment(t *testing.T) {
 	}
 }
 
-func TestArenaCachesGoStaleWhenTheRangeChanges(t *testing.T) {
+func TestArenaKeepsCachesForRangesThatComeBack(t *testing.T) {
 	a := newArena(t)
-	s := seg(4096)
+	s := seg(1 << 20)
 	b := a.Add(s, 1024)
 	b.Cache = 7
-	a.Put(b) // merges with the free tail: the range changes
-	assert.Equal(t, []int{7}, a.TakeStale(nil))
-	a.Remove(s)
-	b = a.Add(seg(2048), 1024)
-	c := a.Get(1024)
-	c.Cache = 8
-	a.Put(c)
-	c2 := a.Get(1024) // the same range again: the cache is kept
-	assert.Equal(t, 8, c2.Cache)
+	a.Put(b) // merges with the free tail: the range is gone, its cache parked
+	assert.Zero(t, b.Cache)
 	assert.Empty(t, a.TakeStale(nil))
+	b = a.Get(1024)
+	assert.Equal(t, 7, b.Cache, "the same range again: the same cache")
 	a.Put(b)
-	a.Put(c2)
-	assert.Equal(t, []int{8}, a.TakeStale(nil))
+	// Ranges that do not come back: the segment parks 8, the older go stale.
+	var stale []int
+	for i := range 10 {
+		b = a.Get(int64(2048 + 512*i))
+		b.Cache = 100 + i
+		a.Put(b)
+		stale = a.TakeStale(stale)
+	}
+	assert.Equal(t, []int{7, 100, 101}, stale)
+	a.Remove(s)
+	assert.Len(t, a.TakeStale(nil), 8, "a removed segment's caches all go stale")
 }
 
 func TestOversizeSegmentsAreNeverSplit(t *testing.T) {
@@ -166,5 +170,5 @@ func TestBinsAreLIFOAndExact(t *testing.T) {
 	exact := p.Add(&policy.Segment[int]{Size: 5, Exact: true}, 5)
 	assert.Same(t, exact.Seg, p.Put(exact), "an exact block is freed when given back")
 	assert.Nil(t, p.Put(b2))
-	assert.Equal(t, policy.Counts{FreeBlocks: 1, FreeBytes: 1023, Segments: 1}, p.Counts())
+	assert.Equal(t, policy.Counts{FreeBlocks: 1, FreeBytes: 1023, Segments: 1}, *p.Counts())
 }

@@ -1,5 +1,7 @@
 package policy
 
+import "fmt"
+
 // Sizes of the arena policy's segments, as torch's caching allocator has
 // them for its small pool.
 const (
@@ -39,20 +41,26 @@ type Arenas[T comparable] struct {
 	exact        int   // exact-size segments, never in an arena
 	reserved     int64 // the bytes of every segment
 	highWater    int64 // the most reserved has been
+	counts       Counts
 }
 
 // NewArenas returns the policy with blocks aligned to align, size classes
 // of leadingBits bits, requests over maxSplit (if positive) served whole by
 // oversize segments, and large segments up to preferred bytes.
 func NewArenas[T comparable](align int64, leadingBits int, maxSplit, preferred int64) *Arenas[T] {
-	return &Arenas[T]{
+	p := &Arenas[T]{
 		small: NewArena[T](align, leadingBits), large: NewArena[T](align, leadingBits),
 		maxSplit: maxSplit, preferred: preferred,
 	}
+	p.small.shared, p.large.shared, p.large.kind = &p.counts, &p.counts, 1
+	return p
 }
 
 // Round returns the bytes of the block that serves a request of size.
 func (p *Arenas[T]) Round(size int64) int64 { return p.small.Round(size) }
+
+// BlockSize returns the bytes of the block that serves a request of size.
+func (p *Arenas[T]) BlockSize(size int64) int64 { return p.Round(size) }
 
 // Oversize reports whether a request of size is served whole by an
 // oversize segment, never split.
@@ -71,10 +79,13 @@ func (p *Arenas[T]) arenaFor(n int64) *Arena[T] {
 // fits.
 func (p *Arenas[T]) Get(size int64) *Block[T] {
 	n := p.Round(size)
+	var b *Block[T]
 	if p.Oversize(size) {
-		return p.large.GetWhole(n, OversizeSlack)
+		b = p.large.GetWhole(n, OversizeSlack)
+	} else {
+		b = p.arenaFor(n).Get(n)
 	}
-	return p.arenaFor(n).Get(n)
+	return b
 }
 
 // SegmentSize returns the bytes of a new segment for a request of size.
@@ -94,6 +105,12 @@ func (p *Arenas[T]) SegmentSize(size int64) int64 {
 	}
 	grown := min(p.preferred, roundUp(p.reserved/GrowthDivisor, LargeUnit))
 	return max(grown>>p.shrink, own)
+}
+
+// NewSegment returns a segment, not yet allocated, for a request of size:
+// SegmentSize bytes, marked small or oversize as Add will place it.
+func (p *Arenas[T]) NewSegment(size int64) *Segment[T] {
+	return &Segment[T]{Size: p.SegmentSize(size), Small: p.Round(size) <= SmallRequest, Oversize: p.Oversize(size)}
 }
 
 // Smaller returns a smaller size to try after the device refused a
@@ -130,12 +147,15 @@ func (p *Arenas[T]) Add(seg *Segment[T], size int64) *Block[T] {
 	p.highWater = max(p.highWater, p.reserved)
 	if seg.Exact {
 		p.exact++
+		p.counts.Segments++
 		seg.blocks = 1
 		return &Block[T]{Seg: seg, Size: seg.Size}
 	}
 	n := p.Round(size)
 	seg.Oversize = p.Oversize(size)
-	return p.arenaFor(n).Add(seg, n)
+	a := p.arenaFor(n)
+	seg.Small = a == p.small
+	return a.Add(seg, n)
 }
 
 // Put takes back an active block. It returns its segment, removed, if the
@@ -143,6 +163,7 @@ func (p *Arenas[T]) Add(seg *Segment[T], size int64) *Block[T] {
 func (p *Arenas[T]) Put(b *Block[T]) (release *Segment[T]) {
 	if b.Seg.Exact {
 		p.exact--
+		p.counts.Segments--
 		p.reserved -= b.Seg.Size
 		return b.Seg
 	}
@@ -173,15 +194,9 @@ func (p *Arenas[T]) LargestFree() int64 {
 	return max(p.small.LargestFree(), p.large.LargestFree())
 }
 
-// Counts returns the sizes of the free set of both arenas.
-func (p *Arenas[T]) Counts() Counts {
-	s, l := p.small.Counts(), p.large.Counts()
-	return Counts{
-		FreeBlocks: s.FreeBlocks + l.FreeBlocks, FreeBytes: s.FreeBytes + l.FreeBytes,
-		SplitBlocks: s.SplitBlocks + l.SplitBlocks, SplitBytes: s.SplitBytes + l.SplitBytes,
-		Segments: s.Segments + l.Segments + p.exact,
-	}
-}
+// Counts returns the sizes of the free set of both arenas, kept up to
+// date: read it, do not change it.
+func (p *Arenas[T]) Counts() *Counts { return &p.counts }
 
 // TakeStale appends the caches both arenas dropped to dst.
 func (p *Arenas[T]) TakeStale(dst []T) []T {
@@ -193,7 +208,20 @@ func (p *Arenas[T]) Check() error {
 	if err := p.small.Check(); err != nil {
 		return err
 	}
-	return p.large.Check()
+	if err := p.large.Check(); err != nil {
+		return err
+	}
+	s, l := p.small.Counts(), p.large.Counts()
+	want := Counts{
+		FreeBlocks: s.FreeBlocks + l.FreeBlocks, FreeBytes: s.FreeBytes + l.FreeBytes,
+		SplitBlocks: [2]int{s.SplitBlocks[0], l.SplitBlocks[1]},
+		SplitBytes:  [2]int64{s.SplitBytes[0], l.SplitBytes[1]},
+		Segments:    s.Segments + l.Segments + p.exact,
+	}
+	if want != p.counts {
+		return fmt.Errorf("policy counts %+v, arenas count %+v", p.counts, want)
+	}
+	return nil
 }
 
 func roundUp(n, unit int64) int64 { return (n + unit - 1) / unit * unit }

@@ -110,6 +110,16 @@ func (p *Bins[T]) SegmentSize(size int64) int64 {
 	return AllocSize(BinNumber(size, p.lb), p.lb)
 }
 
+// NewSegment returns a segment, not yet allocated, for a request of size.
+func (p *Bins[T]) NewSegment(size int64) *Segment[T] {
+	n := p.SegmentSize(size)
+	return &Segment[T]{Size: n, Small: n < 1<<20}
+}
+
+// BlockSize returns the bytes of the block that serves a request of size:
+// its bin's AllocSize.
+func (p *Bins[T]) BlockSize(size int64) int64 { return p.SegmentSize(size) }
+
 // Get takes the most recently given back block of size's bin, or returns
 // nil if the bin holds none.
 func (p *Bins[T]) Get(size int64) *Block[T] {
@@ -135,6 +145,7 @@ func (p *Bins[T]) pop(s *[]*Block[T]) *Block[T] {
 func (p *Bins[T]) Add(seg *Segment[T], size int64) *Block[T] {
 	p.counts.Segments++
 	seg.blocks = 1
+	seg.Small = seg.Size < 1<<20
 	return &Block[T]{Seg: seg, Size: seg.Size}
 }
 
@@ -192,9 +203,9 @@ func (p *Bins[T]) LargestFree() int64 {
 	return 0
 }
 
-// Counts returns the sizes of the free set. Bins never split, so
-// SplitBlocks and SplitBytes are 0.
-func (p *Bins[T]) Counts() Counts { return p.counts }
+// Counts returns the sizes of the free set, kept up to date: read it, do
+// not change it. Bins never split, so SplitBlocks and SplitBytes are 0.
+func (p *Bins[T]) Counts() *Counts { return &p.counts }
 
 // TakeStale returns dst: bins never change a block's range.
 func (p *Bins[T]) TakeStale(dst []T) []T { return dst }

@@ -13,12 +13,26 @@ type Segment[T comparable] struct {
 	// maximum split size: its block is never split (torch's oversize
 	// segments).
 	Oversize bool
+	// Small marks a segment of the small pool (torch's small_pool): the
+	// arena's small segments, or a bin's block under 1 MiB.
+	Small bool
 
-	blocks int       // how many blocks it is cut into
-	first  *Block[T] // the block at offset 0
-	arena  *Arena[T] // the arena it belongs to; nil in Bins
-	idx    int       // its index in the arena's segs
+	parked []parked[T] // caches of ranges that were blocks, for when they are again
+	blocks int         // how many blocks it is cut into
+	first  *Block[T]   // the block at offset 0
+	arena  *Arena[T]   // the arena it belongs to; nil in Bins
+	idx    int         // its index in the arena's segs
 }
+
+// parked is the cache of a range that was a block and may be again.
+type parked[T comparable] struct {
+	off, size int64
+	cache     T
+}
+
+// maxParked bounds the caches a segment keeps for ranges that are not
+// blocks now.
+const maxParked = 8
 
 // Block is a byte range of a Segment: active (handed out) or free.
 type Block[T comparable] struct {
@@ -27,9 +41,10 @@ type Block[T comparable] struct {
 	Size int64 // bytes; at least the request's
 
 	// Cache is a handle the pool made for exactly this range (a
-	// sub-buffer), kept while the range stays the same. When an arena
-	// changes the range or merges the block away, it moves Cache to its
-	// stale list for the pool to release (see Arenas.TakeStale).
+	// sub-buffer). When an arena changes the range or merges the block
+	// away, it parks Cache with the segment, and gives it back to the next
+	// block with the same range; a segment parks a few, and the older ones
+	// go to the stale list for the pool to release (see TakeStale).
 	Cache T
 
 	free       bool
@@ -51,8 +66,9 @@ type Counts struct {
 	FreeBlocks int   // free blocks
 	FreeBytes  int64 // their bytes
 	// Of them, the blocks that share their segment with other blocks
-	// (torch's inactive_split), and their bytes.
-	SplitBlocks int
-	SplitBytes  int64
+	// (torch's inactive_split) and their bytes, in small ([0]) and large
+	// ([1]) segments.
+	SplitBlocks [2]int
+	SplitBytes  [2]int64
 	Segments    int // segments, active or free
 }

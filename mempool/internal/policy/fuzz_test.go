@@ -32,7 +32,7 @@ func FuzzArena(f *testing.F) {
 						require.True(t, segs[s])
 						delete(segs, s)
 					}
-					s := &policy.Segment[int]{Size: p.SegmentSize(size)}
+					s := p.NewSegment(size)
 					segs[s] = true
 					b = p.Add(s, size)
 				}
@@ -64,6 +64,6 @@ func FuzzArena(f *testing.F) {
 			delete(segs, s)
 		}
 		require.Empty(t, segs, "every segment wholly free at the end")
-		require.Equal(t, policy.Counts{}, p.Counts())
+		require.Equal(t, policy.Counts{}, *p.Counts())
 	})
 }

@@ -16,7 +16,7 @@ import (
 // pool calls.
 type placement interface {
 	Get(size int64) *policy.Block[int]
-	SegmentSize(size int64) int64
+	NewSegment(size int64) *policy.Segment[int]
 	Add(seg *policy.Segment[int], size int64) *policy.Block[int]
 	Put(b *policy.Block[int]) *policy.Segment[int]
 	TakeLargest() *policy.Segment[int]
@@ -47,9 +47,9 @@ func simulate(t testing.TB, events []trace.Event, p placement) simResult {
 				for _, s := range p.BeforeGrow(e.Size) {
 					managed -= s.Size
 				}
-				n := p.SegmentSize(e.Size)
-				b = p.Add(&policy.Segment[int]{Size: n}, e.Size)
-				managed += n
+				s := p.NewSegment(e.Size)
+				b = p.Add(s, e.Size)
+				managed += s.Size
 				r.segments++
 			}
 			require.GreaterOrEqual(t, b.Size, e.Size)
@@ -144,7 +144,13 @@ func radixSort(n int64, sorts int) []trace.Event {
 // segment released before growing.
 type torchLike struct{ *policy.Arenas[int] }
 
-func (t torchLike) SegmentSize(size int64) int64 {
+func (t torchLike) NewSegment(size int64) *policy.Segment[int] {
+	s := t.Arenas.NewSegment(size)
+	s.Size = t.segmentSize(size)
+	return s
+}
+
+func (t torchLike) segmentSize(size int64) int64 {
 	n := t.Round(size)
 	switch {
 	case n <= policy.SmallRequest:

@@ -1,0 +1,153 @@
+package mempool_test
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/clpool/clpool/allocator"
+	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/mempool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The arena cuts small requests from one 2 MiB segment, and its blocks are
+// real, separate memory: data written through Buffer reads back through
+// Base at Offset.
+func TestArenaSharesASegmentAndKeepsBlocksApart(t *testing.T) {
+	f := newFixture(t, nil, mempool.WithArena())
+	var bs []*mempool.PooledBuffer
+	for i := range 4 {
+		b, err := f.pool.Allocate(1000)
+		require.NoError(t, err)
+		require.NoError(t, f.q.WriteBuffer(b.Buffer(), 0, []byte{byte(i + 1), 2, 3, 4}))
+		bs = append(bs, b)
+	}
+	s := f.pool.Stats()
+	assert.Equal(t, int64(1), s.DeviceAllocs, "one segment for all four")
+	assert.Equal(t, int64(2<<20), s.ManagedBytes)
+	assert.Equal(t, "arena", s.Policy)
+	for i, b := range bs {
+		assert.Same(t, bs[0].Base(), b.Base())
+		assert.Zero(t, b.Offset()%f.q.Device().MemBaseAddrAlign, "aligned for sub-buffers")
+		assert.Equal(t, b.Buffer(), b.Buffer(), "the sub-buffer is made once")
+		got := make([]byte, 1)
+		require.NoError(t, f.q.ReadBuffer(b.Base(), b.Offset(), got))
+		assert.Equal(t, byte(i+1), got[0])
+	}
+	for _, b := range bs {
+		require.NoError(t, b.Close())
+	}
+	s = f.pool.Stats()
+	assert.Equal(t, 1, s.HeldBlocks, "merged back into one free block")
+	assert.Zero(t, s.InactiveSplit.All.Current)
+}
+
+// CuPy's test_free_all_blocks_split: FreeHeld keeps a segment whose other
+// block is in use, and frees it once it is wholly free.
+func TestArenaFreeHeldKeepsASegmentInUse(t *testing.T) {
+	f := newFixture(t, nil, mempool.WithArena())
+	a, err := f.pool.Allocate(4096)
+	require.NoError(t, err)
+	b, err := f.pool.Allocate(4096)
+	require.NoError(t, err)
+	require.NoError(t, a.Close())
+	s := f.pool.Stats()
+	assert.Equal(t, int64(2), s.InactiveSplit.All.Current, "a's block and the tail, on either side of b")
+	assert.Positive(t, s.Fragmentation)
+	f.pool.FreeHeld()
+	assert.Zero(t, f.pool.Stats().DeviceFrees, "b still uses the segment")
+	require.NoError(t, b.Close())
+	f.pool.FreeHeld()
+	s = f.pool.Stats()
+	assert.Equal(t, int64(1), s.DeviceFrees)
+	assert.Zero(t, s.ManagedBytes)
+	m := f.pool.MemoryStats()
+	assert.Zero(t, m["requested_bytes.all.current"])
+	assert.Zero(t, m["inactive_split_bytes.all.current"])
+	assert.Equal(t, int64(8192), m["requested_bytes.all.allocated"])
+}
+
+func TestArenaOptionsAreChecked(t *testing.T) {
+	q := newFixture(t, nil).q
+	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
+	require.NoError(t, err)
+	_, err = mempool.New(imm, mempool.WithMaxSplitSize(1<<20))
+	assert.ErrorContains(t, err, "needs WithArena")
+	_, err = mempool.New(imm, mempool.WithArena(), mempool.WithMaxSplitSize(-1))
+	assert.ErrorContains(t, err, "negative max split size")
+}
+
+// Oversize requests get segments of their own, reused only by oversize
+// requests, and counted as torch counts them.
+func TestArenaMaxSplitSize(t *testing.T) {
+	f := newFixture(t, nil, mempool.WithArena(), mempool.WithMaxSplitSize(4<<20))
+	big, err := f.pool.Allocate(5 << 20)
+	require.NoError(t, err)
+	s := f.pool.Stats()
+	assert.Equal(t, int64(1), s.OversizeAllocations.Current)
+	assert.Equal(t, int64(1), s.OversizeSegments.Current)
+	assert.Equal(t, int64(6<<20), s.ManagedBytes, "rounded to 2 MiB")
+	require.NoError(t, big.Close())
+	again, err := f.pool.Allocate(5 << 20)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), f.pool.Stats().DeviceAllocs, "the oversize block serves the next oversize request")
+	small, err := f.pool.Allocate(2 << 20)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), f.pool.Stats().DeviceAllocs, "an ordinary one gets a segment of its own")
+	assert.Equal(t, int64(4<<20), f.pool.MemoryStats()["max_split_size"])
+	require.NoError(t, small.Close())
+	require.NoError(t, again.Close())
+}
+
+// Out of memory through a budget: the pool frees wholly free segments,
+// largest first, and retries before it gives up; a limit counts managed
+// bytes.
+func TestArenaOutOfMemoryAndLimit(t *testing.T) {
+	inj := &injector{}
+	f := newFixture(t, func(a allocator.Allocator) allocator.Allocator {
+		inj.Allocator = a
+		return inj
+	}, mempool.WithArena())
+	x, err := f.pool.Allocate(13 << 20) // the pool's high-water mark: 14 MiB
+	require.NoError(t, err)
+	require.NoError(t, x.Close())
+	f.pool.FreeHeld()
+	a, err := f.pool.Allocate(5 << 20) // a 6 MiB segment, kept when free
+	require.NoError(t, err)
+	require.NoError(t, a.Close())
+	inj.failNext(cl.ErrMemObjectAllocationFailure)
+	b, err := f.pool.Allocate(7 << 20) // 8 MiB more: the device refuses until a's segment goes
+	require.NoError(t, err)
+	s := f.pool.Stats()
+	assert.Equal(t, int64(2), s.DeviceFrees)
+	assert.Equal(t, int64(1), s.OOMRetries)
+	assert.Equal(t, int64(8<<20), s.ManagedBytes)
+	inj.failNext(cl.ErrMemObjectAllocationFailure, cl.ErrMemObjectAllocationFailure)
+	_, err = f.pool.Allocate(1)
+	assert.ErrorIs(t, err, mempool.ErrOutOfMemory, "nothing left to free")
+	require.NoError(t, b.Close())
+
+	g := newFixture(t, nil, mempool.WithArena(), mempool.WithLimit(3<<20))
+	c, err := g.pool.Allocate(100)
+	require.NoError(t, err)
+	_, err = g.pool.Allocate(2 << 20)
+	assert.ErrorIs(t, err, mempool.ErrOutOfMemory, "2 MiB more would pass the limit")
+	_, err = g.pool.Allocate(1 << 30)
+	assert.ErrorIs(t, err, mempool.ErrOutOfMemory)
+	require.NoError(t, c.Close())
+}
+
+// A block dropped without Close comes back, and its bytes merge again.
+func TestArenaDroppedBlocksComeBack(t *testing.T) {
+	f := newFixture(t, nil, mempool.WithArena())
+	func() {
+		_, err := f.pool.Allocate(4096)
+		require.NoError(t, err)
+	}()
+	require.Eventually(t, func() bool {
+		runtime.GC()
+		return f.pool.ActiveBlocks() == 0
+	}, 5e9, 1e7)
+	assert.Equal(t, 1, f.pool.HeldBlocks())
+}

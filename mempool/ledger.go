@@ -1,0 +1,123 @@
+package mempool
+
+import "github.com/clpool/clpool/mempool/internal/policy"
+
+// ledger is the pool's counters and the one place that changes them. The
+// pool calls every method with p.mu held; the policies count nothing.
+type ledger struct {
+	s          Stats
+	split      [2]int   // the policy's inactive splits, small and large, as last synced
+	splitBytes [2]int64 // and their bytes
+}
+
+// hit counts a request served by a free block, now active.
+func (l *ledger) hit(b *block, size int64) {
+	l.s.Hits++
+	l.activate(b, size)
+}
+
+// miss counts a request that found no free block.
+func (l *ledger) miss() { l.s.Misses++ }
+
+// activate counts a block handed out for a request of size bytes.
+func (l *ledger) activate(b *block, size int64) {
+	large := !b.Seg.Small
+	l.s.Allocation.add(large, 1)
+	l.s.AllocatedBytes.add(large, b.Size)
+	l.s.RequestedBytes.add(large, size)
+	if b.Seg.Oversize {
+		l.s.OversizeAllocations.add(1)
+	}
+}
+
+// deactivate counts a block given back.
+func (l *ledger) deactivate(b *block, size int64) {
+	large := !b.Seg.Small
+	l.s.Allocation.sub(large, 1)
+	l.s.AllocatedBytes.sub(large, b.Size)
+	l.s.RequestedBytes.sub(large, size)
+	if b.Seg.Oversize {
+		l.s.OversizeAllocations.sub(1)
+	}
+}
+
+// reserve counts a segment's bytes as managed before it is allocated, so
+// that concurrent misses cannot pass the limit together; unreserve takes
+// the reservation back when the allocation fails.
+func (l *ledger) reserve(seg *segment)   { l.s.ReservedBytes.add(!seg.Small, seg.Size) }
+func (l *ledger) unreserve(seg *segment) { l.s.ReservedBytes.sub(!seg.Small, seg.Size) }
+
+// reserved returns the managed bytes, allocations in flight included.
+func (l *ledger) reserved() int64 { return l.s.ReservedBytes.current() }
+
+// segmentAdded counts a device allocation, already reserved.
+func (l *ledger) segmentAdded(seg *segment) {
+	l.s.DeviceAllocs++
+	l.s.Segment.add(!seg.Small, 1)
+	if seg.Oversize {
+		l.s.OversizeSegments.add(1)
+	}
+}
+
+// segmentRemoved counts a segment leaving the pool, to be freed.
+func (l *ledger) segmentRemoved(seg *segment) {
+	l.s.Segment.sub(!seg.Small, 1)
+	l.unreserve(seg)
+	if seg.Oversize {
+		l.s.OversizeSegments.sub(1)
+	}
+}
+
+// deviceFreed counts a buffer given back to the allocator.
+func (l *ledger) deviceFreed(err error) {
+	l.s.DeviceFrees++
+	if err != nil {
+		l.s.FreeErrors++
+	}
+}
+
+func (l *ledger) reclaimed()  { l.s.Reclaimed++ }
+func (l *ledger) oomRetried() { l.s.OOMRetries++ }
+func (l *ledger) oomRefused() { l.s.OOMs++ }
+
+func (l *ledger) setHolding(on bool) { l.s.Holding = on }
+
+// sync brings the held blocks and the inactive splits up to the policy's
+// free set, c.
+func (l *ledger) sync(c *policy.Counts) {
+	l.s.HeldBlocks, l.s.HeldBytes = c.FreeBlocks, c.FreeBytes
+	if c.SplitBlocks == l.split && c.SplitBytes == l.splitBytes {
+		return
+	}
+	for i, large := range []bool{false, true} {
+		l.s.InactiveSplit.move(large, int64(c.SplitBlocks[i]-l.split[i]))
+		l.s.InactiveSplitBytes.move(large, c.SplitBytes[i]-l.splitBytes[i])
+	}
+	l.split, l.splitBytes = c.SplitBlocks, c.SplitBytes
+}
+
+// resetPeak sets every peak to its current value, as
+// torch.cuda.reset_peak_memory_stats does.
+func (l *ledger) resetPeak() {
+	for _, gr := range l.s.groups() {
+		gr.g.sumAll()
+		gr.g.each(func(s *Stat) { s.Peak = s.Current })
+	}
+	for _, s := range []*Stat{&l.s.OversizeAllocations, &l.s.OversizeSegments} {
+		s.Peak = s.Current
+	}
+}
+
+// resetAccumulated zeroes the totals, as
+// torch.cuda.reset_accumulated_memory_stats does.
+func (l *ledger) resetAccumulated() {
+	for _, gr := range l.s.groups() {
+		gr.g.each(func(s *Stat) { s.Allocated, s.Freed = 0, 0 })
+	}
+	for _, s := range []*Stat{&l.s.OversizeAllocations, &l.s.OversizeSegments} {
+		s.Allocated, s.Freed = 0, 0
+	}
+	s := &l.s
+	s.Hits, s.Misses, s.DeviceAllocs, s.DeviceFrees = 0, 0, 0, 0
+	s.FreeErrors, s.Reclaimed, s.OOMRetries, s.OOMs = 0, 0, 0, 0
+}

@@ -1,0 +1,69 @@
+package mempool
+
+import (
+	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/mempool/internal/policy"
+)
+
+// The pool's handles: a segment is a device buffer from the allocator, a
+// block a byte range of one, handed out or held for reuse.
+type (
+	block   = policy.Block[*cl.Buffer]
+	segment = policy.Segment[*cl.Buffer]
+)
+
+// placement is what the pool asks of its policy: where a request goes,
+// how big a new segment is, and what a block given back becomes. The
+// policies (policy.Bins, the default, and policy.Arenas, WithArena) keep
+// their own structures and no statistics; the pool calls them under p.mu.
+type placement interface {
+	// BlockSize returns the bytes of the block that serves size.
+	BlockSize(size int64) int64
+	// Get takes a free block for size out of the free set, or returns nil.
+	Get(size int64) *block
+	// NewSegment returns the segment, not yet allocated, that a miss of
+	// size makes; Smaller a smaller size to try after the device refused n
+	// bytes (0: none).
+	NewSegment(size int64) *segment
+	Smaller(size, n int64) int64
+	// BeforeGrow returns, removed, the segments to free before a new
+	// segment is made for size.
+	BeforeGrow(size int64) []*segment
+	// Add registers a new segment and returns the active block for size
+	// cut from it.
+	Add(seg *segment, size int64) *block
+	// Put takes back an active block; it returns its segment, removed, if
+	// the pool is to free it now.
+	Put(b *block) *segment
+	// TakeLargest removes the largest wholly free segment, for the pool to
+	// free; nil if none.
+	TakeLargest() *segment
+	// LargestFree and Counts describe the free set; Counts is the policy's
+	// own, kept up to date, for the ledger to read.
+	LargestFree() int64
+	Counts() *policy.Counts
+	// TakeStale appends the sub-buffers of blocks whose range changed.
+	TakeStale(dst []*cl.Buffer) []*cl.Buffer
+}
+
+// newPlacement returns the policy p's options ask for.
+func (p *Pool) newPlacement() placement {
+	if !p.arena {
+		return policy.NewBins[*cl.Buffer](p.leadingBits)
+	}
+	return policy.NewArenas[*cl.Buffer](p.align, p.leadingBits, p.maxSplit, policy.DefaultPreferredSegment)
+}
+
+// arenaAlignment returns the alignment of an arena's blocks on d: its
+// base-address alignment (which sub-buffers need) rounded up to a power
+// of two, at least policy.MinBlock; 4 KiB when the device is unknown.
+func arenaAlignment(d *cl.Device) int64 {
+	if d == nil {
+		return 4096
+	}
+	a := int64(policy.MinBlock)
+	for a < d.MemBaseAddrAlign {
+		a *= 2
+	}
+	return a
+}
