@@ -160,3 +160,35 @@ func ExamplePool_MemoryStats() {
 	// reserved_bytes.small_pool.current 1023
 	// num_device_alloc 2
 }
+
+// An arena cuts small requests from shared 2 MiB segments; Base and Offset
+// name each block's range.
+func ExampleWithArena() {
+	q, err := cl.DefaultQueue()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer q.Release()
+	alloc, err := allocator.NewImmediate(q, cl.MemReadWrite)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	pool, err := mempool.New(alloc, mempool.WithArena())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	a, _ := pool.Allocate(1000)
+	b, _ := pool.Allocate(3000)
+	fmt.Println("same segment:", a.Base() == b.Base(), "b's offset is past a:", b.Offset() >= 1000)
+	a.Close()
+	b.Close()
+	s := pool.Stats()
+	fmt.Printf("device allocations %d, managed %d bytes, held %d block\n", s.DeviceAllocs, s.ManagedBytes, s.HeldBlocks)
+	// Output:
+	// same segment: true b's offset is past a: true
+	// device allocations 1, managed 2097152 bytes, held 1 block
+}
