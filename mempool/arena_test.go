@@ -151,3 +151,21 @@ func TestArenaDroppedBlocksComeBack(t *testing.T) {
 	}, 5e9, 1e7)
 	assert.Equal(t, 1, f.pool.HeldBlocks())
 }
+
+// A segment freed before the pool grows takes its blocks' sub-buffers with
+// it at once: none outlives its segment.
+func TestArenaFreedSegmentReleasesItsSubBuffers(t *testing.T) {
+	f := newFixture(t, nil, mempool.WithArena())
+	a, err := f.pool.Allocate(1000)
+	require.NoError(t, err)
+	sub := a.Buffer()
+	require.NotNil(t, sub)
+	require.NotSame(t, a.Base(), sub, "a block of a larger segment gets a sub-buffer")
+	require.NoError(t, a.Close())
+	assert.False(t, sub.Released(), "kept for the next block with the same range")
+	b, err := f.pool.Allocate(3 << 20) // past the high-water mark: a's segment goes first
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), f.pool.Stats().DeviceFrees)
+	assert.True(t, sub.Released())
+	require.NoError(t, b.Close())
+}

@@ -144,10 +144,9 @@ func (p *Pool) Allocate(size int64) (*PooledBuffer, error) {
 	}
 	p.l.miss()
 	gone := p.pol.BeforeGrow(size)
-	p.forgetLocked(gone...)
-	p.l.sync(p.pol.Counts())
+	stale := p.forgetLocked(gone...)
 	p.mu.Unlock()
-	p.freeSegments(gone, nil)
+	p.freeSegments(gone, stale)
 
 	b, pb, err := p.allocateBlock(hooks, size, pb)
 	if err != nil {
@@ -272,12 +271,11 @@ func (p *Pool) reserve(size int64, seg *segment) error {
 			return nil
 		}
 		s := p.pol.TakeLargest()
-		p.forgetLocked(s)
-		p.l.sync(p.pol.Counts())
+		stale := p.forgetLocked(s)
 		p.mu.Unlock()
 		switch {
 		case s != nil:
-			p.freeSegments([]*segment{s}, nil)
+			p.freeSegments([]*segment{s}, stale)
 		case !collected:
 			collected = true
 			p.collectDropped()
@@ -355,9 +353,7 @@ func (p *Pool) put(pb *PooledBuffer) error {
 			gone = append(gone, s)
 		}
 	}
-	p.forgetLocked(gone...)
-	p.l.sync(p.pol.Counts())
-	stale := p.pol.TakeStale(nil)
+	stale := p.forgetLocked(gone...)
 	p.mu.Unlock()
 	err := p.freeSegments(gone, stale)
 	if hooks != nil {
@@ -368,14 +364,18 @@ func (p *Pool) put(pb *PooledBuffer) error {
 	return err
 }
 
-// forgetLocked takes segments the policy gave up out of the pool's
-// accounts, for freeSegments to free. p.mu must be held.
-func (p *Pool) forgetLocked(segs ...*segment) {
+// forgetLocked takes segments the policy gave up (nil ones are skipped)
+// out of the pool's accounts, brings the held counts up to date, and
+// returns the sub-buffers that went stale meanwhile: freeSegments frees
+// both. p.mu must be held.
+func (p *Pool) forgetLocked(segs ...*segment) (stale []*cl.Buffer) {
 	for _, s := range segs {
 		if s != nil {
 			p.l.segmentRemoved(s)
 		}
 	}
+	p.l.sync(p.pol.Counts())
+	return p.pol.TakeStale(nil)
 }
 
 // freeLargestHeld frees the largest wholly free segment, and reports
@@ -383,9 +383,7 @@ func (p *Pool) forgetLocked(segs ...*segment) {
 func (p *Pool) freeLargestHeld() bool {
 	p.mu.Lock()
 	s := p.pol.TakeLargest()
-	p.forgetLocked(s)
-	p.l.sync(p.pol.Counts())
-	stale := p.pol.TakeStale(nil)
+	stale := p.forgetLocked(s)
 	p.mu.Unlock()
 	if s == nil {
 		return false
@@ -423,9 +421,7 @@ func (p *Pool) FreeHeld() {
 	for s := p.pol.TakeLargest(); s != nil; s = p.pol.TakeLargest() {
 		segs = append(segs, s)
 	}
-	p.forgetLocked(segs...)
-	p.l.sync(p.pol.Counts())
-	stale := p.pol.TakeStale(nil)
+	stale := p.forgetLocked(segs...)
 	p.mu.Unlock()
 	p.freeSegments(segs, stale)
 }
