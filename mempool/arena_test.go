@@ -39,7 +39,18 @@ func TestArenaSharesASegmentAndKeepsBlocksApart(t *testing.T) {
 		require.NoError(t, b.Close())
 	}
 	s = f.pool.Stats()
-	assert.Equal(t, 1, s.HeldBlocks, "merged back into one free block")
+	assert.Equal(t, int64(2<<20), s.HeldBytes, "all of it free again")
+	assert.LessOrEqual(t, s.HeldBlocks, 5, "at most DefaultQuick blocks wait unmerged")
+	// A request no waiting block fits merges them: it is served from the
+	// start of the segment, now one free block.
+	big, err := f.pool.Allocate(1 << 20)
+	require.NoError(t, err)
+	assert.Zero(t, big.Offset())
+	require.NoError(t, big.Close())
+	f.pool.FreeHeld()
+	s = f.pool.Stats()
+	assert.Equal(t, int64(1), s.DeviceAllocs)
+	assert.Zero(t, s.ManagedBytes, "merged into one wholly free segment, freed")
 	assert.Zero(t, s.InactiveSplit.All.Current)
 }
 
@@ -149,7 +160,9 @@ func TestArenaDroppedBlocksComeBack(t *testing.T) {
 		runtime.GC()
 		return f.pool.ActiveBlocks() == 0
 	}, 5e9, 1e7)
-	assert.Equal(t, 1, f.pool.HeldBlocks())
+	assert.Equal(t, int64(2<<20), f.pool.HeldBytes())
+	f.pool.FreeHeld()
+	assert.Zero(t, f.pool.ManagedBytes(), "merged, its segment is wholly free")
 }
 
 // A segment freed before the pool grows takes its blocks' sub-buffers with

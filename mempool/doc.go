@@ -26,7 +26,10 @@
 // over 128 MiB gets its own). A request takes a good fit among the free
 // blocks (a two-level size-class index, the classes being the bins above)
 // and splits off the rest; a block given back merges with its free
-// neighbours. Blocks are aligned to the device's base-address alignment,
+// neighbours. A few small blocks given back wait unmerged instead, for a
+// request of exactly their size (a loop that allocates and frees the same
+// sizes then neither splits nor merges); any other request merges them
+// first, so they never make the pool grow. Blocks are aligned to the device's base-address alignment,
 // at least 512 bytes. Wholly free segments are kept for reuse until the
 // pool is about to grow past the most it has held, when they go first;
 // FreeHeld and the out-of-memory ladder free them too. WithMaxSplitSize

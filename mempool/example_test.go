@@ -187,8 +187,11 @@ func ExampleWithArena() {
 	a.Close()
 	b.Close()
 	s := pool.Stats()
-	fmt.Printf("device allocations %d, managed %d bytes, held %d block\n", s.DeviceAllocs, s.ManagedBytes, s.HeldBlocks)
+	fmt.Printf("device allocations %d, managed %d bytes, held %d bytes\n", s.DeviceAllocs, s.ManagedBytes, s.HeldBytes)
+	pool.FreeHeld() // merges the blocks and frees the wholly free segment
+	fmt.Println("managed after FreeHeld:", pool.ManagedBytes())
 	// Output:
 	// same segment: true b's offset is past a: true
-	// device allocations 1, managed 2097152 bytes, held 1 block
+	// device allocations 1, managed 2097152 bytes, held 2097152 bytes
+	// managed after FreeHeld: 0
 }

@@ -89,7 +89,8 @@ func (l *ledger) sync(c *policy.Counts) {
 	if c.SplitBlocks == l.split && c.SplitBytes == l.splitBytes {
 		return
 	}
-	for i, large := range []bool{false, true} {
+	for i := range 2 {
+		large := i == 1
 		l.s.InactiveSplit.move(large, int64(c.SplitBlocks[i]-l.split[i]))
 		l.s.InactiveSplitBytes.move(large, c.SplitBytes[i]-l.splitBytes[i])
 	}

@@ -344,8 +344,16 @@ func (p *Pool) put(pb *PooledBuffer) error {
 		p.mu.Lock()
 	}
 	p.l.deactivate(b, size)
+	s := p.pol.Put(b)
+	if s == nil && p.holding && hooks == nil {
+		// The hot path: the block is held, and nothing is to be freed.
+		p.l.sync(p.pol.Counts())
+		stale := p.pol.TakeStale(nil)
+		p.mu.Unlock()
+		return p.freeSegments(nil, stale)
+	}
 	var gone []*segment
-	if s := p.pol.Put(b); s != nil {
+	if s != nil {
 		gone = append(gone, s)
 	}
 	if !p.holding {

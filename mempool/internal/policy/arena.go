@@ -1,10 +1,6 @@
 package policy
 
-import (
-	"errors"
-	"fmt"
-	"math/bits"
-)
+import "fmt"
 
 // MinBlock is the smallest block an arena hands out, and the unit its
 // blocks are rounded to when the device asks for less alignment.
@@ -17,16 +13,21 @@ const indexLeadingBits = 10
 // Arena cuts segments into blocks: a request takes a free block of a good
 // fit and splits off what it does not need; a block given back merges
 // with its free neighbours. Free blocks are indexed by size class (the
-// bins of BinNumber) in TLSF's two-level index: a bitmap of exponents
-// with a free block, and per exponent a bitmap of its classes, so the
-// first class that fits every request of a size is found in O(1).
+// bins of BinNumber) in TLSF's two-level index (freeIndex), so the first
+// class that fits every request of a size is found in O(1).
+//
+// An arena may defer merging, as dlmalloc's fast bins do: a few blocks
+// given back wait unmerged on quick lists, by exact size (see SetQuick), and a request
+// of exactly one's size takes it back as it is (no split, no merge, its
+// sub-buffer kept). Any other request, and taking a segment out
+// (TakeLargest), first merges them all (Flush): every other choice is
+// made among merged blocks, as if none had waited.
 type Arena[T comparable] struct {
 	align int64 // block sizes and offsets are multiples of it
 	lb    int   // leading bits of the size classes
 
-	heads classTable[*Block[T]] // the first free block of each class
-	top   uint64                // bit e: exponent e has a free block
-	marks [64][]uint64          // marks[e], bit m: class e<<lb|m has a free block
+	sized freeIndex[T]  // the merged free blocks
+	quick quickLists[T] // the free blocks waiting unmerged
 
 	segs       []*Segment[T] // every segment
 	empty      []*Segment[T] // the wholly free ones, in the order they became so
@@ -46,7 +47,7 @@ func NewArena[T comparable](align int64, leadingBits int) *Arena[T] {
 		panic(fmt.Sprintf("policy: arena alignment %d is not a power of two of at least %d", align, MinBlock))
 	}
 	lb := min(leadingBits, indexLeadingBits)
-	return &Arena[T]{align: align, lb: lb, heads: newClassTable[*Block[T]](lb), shared: new(Counts)}
+	return &Arena[T]{align: align, lb: lb, sized: newFreeIndex[T](lb), shared: new(Counts)}
 }
 
 // free counts a change of the free set in the arena's counts and the
@@ -73,16 +74,35 @@ func (a *Arena[T]) Round(size int64) int64 {
 	return (size + a.align - 1) &^ (a.align - 1)
 }
 
+// SetQuick lets up to n blocks of at most maxSize bytes given back wait
+// unmerged (see Arena); n = 0, the default, merges every block at once.
+// Blocks waiting are merged first.
+func (a *Arena[T]) SetQuick(n int, maxSize int64) {
+	a.Flush()
+	a.quick.setLimits(a.align, max(n, 0), maxSize)
+}
+
 // Get takes a free block of at least n bytes (n from Round), splits off
 // the bytes it does not need, and returns it active; nil if no free block
-// fits. It looks first in n's own class, then takes the first block of the
-// next class that has one, all of whose blocks fit.
+// fits. A block waiting unmerged of exactly n bytes comes first. Else it
+// merges the waiting blocks, so that the choice is made among merged
+// blocks only, and looks in n's own class, then takes the first block of
+// the next class that has one, all of whose blocks fit.
 func (a *Arena[T]) Get(n int64) *Block[T] {
+	if a.quick.n > 0 {
+		if b := a.quick.get(n); b != nil {
+			a.quick.remove(b)
+			a.take(b)
+			a.publish()
+			return b
+		}
+	}
+	a.Flush()
 	b := a.find(n)
 	if b == nil {
 		return nil
 	}
-	a.unindex(b)
+	a.sized.remove(b)
 	a.take(b)
 	a.split(b, n)
 	a.unpark(b)
@@ -121,23 +141,48 @@ func (a *Arena[T]) Add(seg *Segment[T], n int64) *Block[T] {
 	return b
 }
 
-// Put takes back an active block: it merges with its free neighbours and
-// becomes free. It returns the segment if the block now covers it (the
-// segment is wholly free), else nil.
+// Flush merges every block waiting unmerged with its free neighbours.
+func (a *Arena[T]) Flush() {
+	for b := a.quick.any(); b != nil; b = a.quick.any() {
+		a.quick.remove(b)
+		a.coalesce(b)
+	}
+}
+
+// Waiting returns how many blocks wait unmerged.
+func (a *Arena[T]) Waiting() int { return a.quick.n }
+
+// Put takes back an active block: it becomes free, and waits unmerged if
+// there is room on the quick lists (and it does not cover its segment),
+// else merges with its free neighbours. It returns the segment if the
+// block now covers it (the segment is wholly free), else nil.
 func (a *Arena[T]) Put(b *Block[T]) (whole *Segment[T]) {
 	b.free = true
 	a.free(1, b.Size)
-	if p := b.prev; p != nil && p.free {
-		a.unindex(p)
+	if a.quick.admits(b.Size) && !b.Seg.Oversize && !b.Whole() {
+		a.quick.push(b)
+		a.publish()
+		return nil
+	}
+	return a.coalesce(b)
+}
+
+// coalesce merges a free block, counted but on no list, with its free
+// neighbours and lists the result; it returns the segment if the block
+// now covers it.
+func (a *Arena[T]) coalesce(b *Block[T]) (whole *Segment[T]) {
+	// Loops, as blocks waiting unmerged can make runs of free blocks.
+	for p := b.prev; p != nil && p.free; p = b.prev {
+		a.unlist(p)
 		a.merge(p, b)
 		b = p
 	}
-	if n := b.next; n != nil && n.free {
-		a.unindex(n)
+	for n := b.next; n != nil && n.free; n = b.next {
+		a.unlist(n)
 		a.merge(b, n)
 	}
 	if !b.Seg.Oversize {
-		a.index(b)
+		a.sized.push(b)
 	}
 	if !b.Whole() {
 		a.publish()
@@ -157,7 +202,7 @@ func (a *Arena[T]) Remove(seg *Segment[T]) {
 		panic("policy: Remove of a segment that is not wholly free in this arena")
 	}
 	if !seg.Oversize {
-		a.unindex(b)
+		a.sized.remove(b)
 	}
 	a.take(b)
 	a.dropCache(b)
@@ -194,19 +239,13 @@ func (a *Arena[T]) LargestFree() int64 {
 	for _, s := range a.empty {
 		m = max(m, s.Size) // oversize segments are not indexed
 	}
-	if a.top == 0 {
-		return m
-	}
-	e := 63 - bits.LeadingZeros64(a.top)
-	row := a.marks[e]
-	for w := len(row) - 1; w >= 0; w-- {
-		if row[w] != 0 {
-			c := uint32(e)<<a.lb | uint32(w*64+63-bits.LeadingZeros64(row[w]))
-			for b := a.heads.get(c); b != nil; b = b.fnext {
-				m = max(m, b.Size)
-			}
-			break
+	if c, ok := a.sized.largest(); ok {
+		for b := a.sized.head(c); b != nil; b = b.fnext {
+			m = max(m, b.Size)
 		}
+	}
+	if b := a.quick.any(); b != nil {
+		m = max(m, b.Size)
 	}
 	return m
 }
@@ -223,6 +262,9 @@ func (a *Arena[T]) Counts() Counts {
 // TakeStale appends the caches the arena dropped since the last call to
 // dst, for the pool to release, and forgets them.
 func (a *Arena[T]) TakeStale(dst []T) []T {
+	if len(a.stale) == 0 {
+		return dst
+	}
 	dst = append(dst, a.stale...)
 	clear(a.stale)
 	a.stale = a.stale[:0]
@@ -271,7 +313,7 @@ func (a *Arena[T]) split(b *Block[T], n int64) {
 	b.Size = n
 	b.Seg.blocks++
 	a.free(1, rest)
-	a.index(r)
+	a.sized.push(r)
 }
 
 // merge joins free block n into its free neighbour b before it; both are
@@ -321,47 +363,13 @@ func (a *Arena[T]) unpark(b *Block[T]) {
 	}
 }
 
-// index puts a free block at the head of its class's list.
-func (a *Arena[T]) index(b *Block[T]) {
-	c := BinNumber(b.Size, a.lb)
-	b.class = c
-	head := a.heads.get(c)
-	b.fprev, b.fnext = nil, head
-	if head != nil {
-		head.fprev = b
-	}
-	a.heads.set(c, b)
-	e, m := c>>a.lb, c&(1<<a.lb-1)
-	if a.marks[e] == nil {
-		a.marks[e] = make([]uint64, (1<<a.lb+63)/64)
-	}
-	a.marks[e][m/64] |= 1 << (m % 64)
-	a.top |= 1 << e
-}
-
-// unindex takes a free block out of its class's list.
-func (a *Arena[T]) unindex(b *Block[T]) {
-	c := b.class
-	if b.fprev != nil {
-		b.fprev.fnext = b.fnext
-	} else {
-		a.heads.set(c, b.fnext)
-	}
-	if b.fnext != nil {
-		b.fnext.fprev = b.fprev
-	}
-	b.fprev, b.fnext = nil, nil
-	if a.heads.get(c) != nil {
+// unlist takes a free block off whichever list it is on.
+func (a *Arena[T]) unlist(b *Block[T]) {
+	if b.quick {
+		a.quick.remove(b)
 		return
 	}
-	e, m := c>>a.lb, c&(1<<a.lb-1)
-	a.marks[e][m/64] &^= 1 << (m % 64)
-	for _, w := range a.marks[e] {
-		if w != 0 {
-			return
-		}
-	}
-	a.top &^= 1 << e
+	a.sized.remove(b)
 }
 
 // scanLimit bounds the look at n's own class, whose blocks may be smaller
@@ -373,7 +381,7 @@ func (a *Arena[T]) find(n int64) *Block[T] {
 	c := BinNumber(n, a.lb)
 	var best *Block[T]
 	i := 0
-	for b := a.heads.get(c); b != nil && i < scanLimit; b, i = b.fnext, i+1 {
+	for b := a.sized.head(c); b != nil && i < scanLimit; b, i = b.fnext, i+1 {
 		if b.Size >= n && (best == nil || b.Size < best.Size) {
 			best = b
 			if b.Size == n {
@@ -384,49 +392,21 @@ func (a *Arena[T]) find(n int64) *Block[T] {
 	if best != nil {
 		return best
 	}
-	if c, ok := a.classAbove(c); ok {
-		return a.heads.get(c)
+	if c, ok := a.sized.above(c); ok {
+		return a.sized.head(c)
 	}
 	return nil
 }
 
-// classAbove returns the smallest class above c that has a free block.
-func (a *Arena[T]) classAbove(c uint32) (uint32, bool) {
-	e, m := int(c>>a.lb), int(c&(1<<a.lb-1))
-	if row := a.marks[e]; row != nil {
-		for w := (m + 1) / 64; w < len(row); w++ {
-			word := row[w]
-			if w == (m+1)/64 {
-				word &= ^uint64(0) << ((m + 1) % 64)
-			}
-			if word != 0 {
-				return uint32(e)<<a.lb | uint32(w*64+bits.TrailingZeros64(word)), true
-			}
-		}
-	}
-	if e == 63 {
-		return 0, false
-	}
-	above := a.top &^ (1<<(e+1) - 1)
-	if above == 0 {
-		return 0, false
-	}
-	e = bits.TrailingZeros64(above)
-	for w, word := range a.marks[e] {
-		if word != 0 {
-			return uint32(e)<<a.lb | uint32(w*64+bits.TrailingZeros64(word)), true
-		}
-	}
-	return 0, false
-}
-
 // Check verifies the arena's invariants, for tests: blocks tile each
-// segment without gap or overlap, are aligned, no two free neighbours,
-// every free block indexed under its class, and the counts agree.
+// segment without gap or overlap, are aligned, no two free neighbours
+// unless one waits unmerged, every free block listed under its class
+// (on the quick lists if it waits, else in the index), and the counts
+// agree.
 func (a *Arena[T]) Check() error {
 	var c Counts
 	var emptyBytes int64
-	indexed := 0
+	sized, quick := 0, 0
 	for i, s := range a.segs {
 		if s.idx != i || s.arena != a {
 			return fmt.Errorf("segment %d: idx %d", i, s.idx)
@@ -443,17 +423,26 @@ func (a *Arena[T]) Check() error {
 			if b.next != nil && b.next.prev != b {
 				return fmt.Errorf("segment %d: broken links at %d", i, b.Off)
 			}
+			if b.quick && !b.free {
+				return fmt.Errorf("segment %d: active block at %d on a quick list", i, b.Off)
+			}
 			if b.free {
 				c.FreeBlocks++
 				c.FreeBytes += b.Size
-				if b.next != nil && b.next.free {
+				if b.next != nil && b.next.free && !b.quick && !b.next.quick {
 					return fmt.Errorf("segment %d: free neighbours at %d and %d not merged", i, b.Off, b.next.Off)
 				}
-				if !s.Oversize {
-					if b.class != BinNumber(b.Size, a.lb) || !a.listed(b) {
-						return fmt.Errorf("segment %d: free block at %d not indexed under its class", i, b.Off)
+				switch {
+				case b.quick:
+					quick++
+					if !a.quick.listed(b) {
+						return fmt.Errorf("segment %d: waiting block at %d not listed under its size", i, b.Off)
 					}
-					indexed++
+				case !s.Oversize:
+					sized++
+					if b.class != BinNumber(b.Size, a.lb) || !a.sized.listed(b) {
+						return fmt.Errorf("segment %d: free block at %d not listed under its class", i, b.Off)
+					}
 				}
 				if b.Whole() {
 					emptyBytes += b.Size
@@ -471,32 +460,16 @@ func (a *Arena[T]) Check() error {
 	if c.FreeBlocks != a.counts.FreeBlocks || c.FreeBytes != a.counts.FreeBytes || len(a.segs) != a.counts.Segments {
 		return fmt.Errorf("counts %+v, counted %+v", c, a.counts)
 	}
-	total := 0
-	for e := range a.marks {
-		for w, word := range a.marks[e] {
-			for ; word != 0; word &= word - 1 {
-				cl := uint32(e)<<a.lb | uint32(w*64+bits.TrailingZeros64(word))
-				if a.heads.get(cl) == nil {
-					return errors.New("a marked class has no free block")
-				}
-				for b := a.heads.get(cl); b != nil; b = b.fnext {
-					total++
-				}
-			}
-		}
+	if quick != a.quick.n || quick > a.quick.max {
+		return fmt.Errorf("%d blocks wait unmerged, %d counted, at most %d may", quick, a.quick.n, a.quick.max)
 	}
-	if total != indexed {
-		return fmt.Errorf("%d blocks indexed, %d free blocks to index", total, indexed)
+	total, bad := 0, false
+	a.sized.each(func(c uint32, b *Block[T]) {
+		total++
+		bad = bad || b.class != c || !b.free || b.quick
+	})
+	if bad || total != sized || a.sized.n != sized {
+		return fmt.Errorf("%d blocks indexed (%d counted), %d free blocks to index", total, a.sized.n, sized)
 	}
 	return nil
-}
-
-// listed reports whether b is on its class's list.
-func (a *Arena[T]) listed(b *Block[T]) bool {
-	for x := a.heads.get(b.class); x != nil; x = x.fnext {
-		if x == b {
-			return true
-		}
-	}
-	return false
 }

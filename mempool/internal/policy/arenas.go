@@ -13,6 +13,13 @@ const (
 	OversizeSlack = 20 << 20
 )
 
+// DefaultQuick is how many blocks given back to the small arena may wait
+// unmerged (see Arena), so that a program that allocates and frees the
+// same sizes over and over neither splits nor merges. A few suffice: more
+// change where other requests go, and gave higher peaks on mixed sizes
+// (see BENCHMARKS.md).
+const DefaultQuick = 4
+
 // DefaultPreferredSegment is the largest size a large segment grows to:
 // a request over half of it gets a segment of its own.
 const DefaultPreferredSegment = 256 << 20
@@ -53,8 +60,16 @@ func NewArenas[T comparable](align int64, leadingBits int, maxSplit, preferred i
 		maxSplit: maxSplit, preferred: preferred,
 	}
 	p.small.shared, p.large.shared, p.large.kind = &p.counts, &p.counts, 1
+	p.small.SetQuick(DefaultQuick, SmallRequest)
 	return p
 }
+
+// SetQuickMax sets how many blocks given back to the small arena may wait
+// unmerged (DefaultQuick unless set); 0 merges every block at once.
+func (p *Arenas[T]) SetQuickMax(n int) { p.small.SetQuick(n, SmallRequest) }
+
+// Waiting returns how many blocks given back wait unmerged.
+func (p *Arenas[T]) Waiting() int { return p.small.Waiting() }
 
 // Round returns the bytes of the block that serves a request of size.
 func (p *Arenas[T]) Round(size int64) int64 { return p.small.Round(size) }
@@ -174,6 +189,7 @@ func (p *Arenas[T]) Put(b *Block[T]) (release *Segment[T]) {
 // TakeLargest removes the largest wholly free segment and returns it for
 // the pool to free; nil if there is none.
 func (p *Arenas[T]) TakeLargest() *Segment[T] {
+	p.small.Flush()
 	var best *Segment[T]
 	for _, a := range []*Arena[T]{p.large, p.small} {
 		for _, s := range a.empty {

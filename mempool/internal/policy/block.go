@@ -48,6 +48,7 @@ type Block[T comparable] struct {
 	Cache T
 
 	free       bool
+	quick      bool      // free, waiting unmerged on a quick list (arena)
 	class      uint32    // the size class it is indexed under, while free
 	prev, next *Block[T] // neighbours in the segment, by address (arena)
 	fprev      *Block[T] // neighbours in its free list (arena)
