@@ -86,12 +86,15 @@ func (d *Deferred) Free(buf *cl.Buffer) error {
 	return buf.Release()
 }
 
-// Immediate allocates like Deferred, then probes each new buffer with a
-// write of up to 4 zero bytes enqueued on its queue (cl.CommandQueue.Touch),
-// which makes the runtime commit the memory now. The probe's error is the
-// allocation's error, and the buffer is released. The probe is not waited
-// for: errors an asynchronous runtime reports only on completion still
-// surface later.
+// Immediate allocates like Deferred, then probes each new buffer by
+// migrating it to its queue's device with undefined content
+// (clEnqueueMigrateMemObjects with cl.MigrateContentUndefined, as
+// PyOpenCL's ImmediateAllocator does), which makes the runtime commit the
+// memory now and writes nothing: data written to the buffer through
+// another queue, before or after the probe, stays as written. The probe's
+// error is the allocation's error, and the buffer is released. The probe
+// is not waited for: errors an asynchronous runtime reports only on
+// completion still surface later.
 type Immediate struct {
 	Deferred
 	q *cl.CommandQueue
@@ -120,7 +123,7 @@ func (a *Immediate) Allocate(size int64) (*cl.Buffer, error) {
 	if buf == nil || err != nil {
 		return nil, err
 	}
-	if err := a.q.Touch(buf); err != nil {
+	if _, err := a.q.EnqueueMigrate([]*cl.Buffer{buf}, cl.MigrateContentUndefined, false); err != nil {
 		_ = buf.Release()
 		return nil, fmt.Errorf("allocator: probing a new %d-byte buffer: %w", size, err)
 	}

@@ -92,19 +92,35 @@ func TestImmediateReturnsTheProbesError(t *testing.T) {
 	assert.Contains(t, err.Error(), "probing a new 64-byte buffer")
 }
 
-func TestImmediateProbeWritesOnlyTheFirstBytes(t *testing.T) {
+// The probe changes no data a user can see: data written to new buffers
+// through a second queue reads back as written once the probe's queue is
+// done. (A probe that wrote zeros lost it: 200 of 200 buffers on Oclgrind,
+// about 1 in 3 on POCL.)
+func TestImmediateProbeKeepsDataWrittenThroughAnotherQueue(t *testing.T) {
 	q := cltest.Queue(t)
+	q2, err := cl.NewCommandQueue(q.Context(), q.Device(), 0)
+	require.NoError(t, err)
+	defer q2.Release()
 	a, err := allocator.NewImmediate(q, cl.MemReadWrite)
 	require.NoError(t, err)
-	for _, size := range []int64{1, 2, 4, 5, 4096} {
-		buf, err := a.Allocate(size)
+	n := cltest.Size(q, 50, 200)
+	bufs := make([]*cl.Buffer, n)
+	for i := range bufs {
+		bufs[i], err = a.Allocate(64)
 		require.NoError(t, err)
-		require.NoError(t, q.Finish())
-		got := make([]byte, min(size, 4))
-		require.NoError(t, q.ReadBuffer(buf, 0, got))
-		assert.Equal(t, make([]byte, len(got)), got, "size %d", size)
-		require.NoError(t, a.Free(buf))
+		require.NoError(t, q2.WriteBuffer(bufs[i], 0, []byte{byte(i), 1, 2, 3}))
 	}
+	require.NoError(t, q.Finish())
+	lost := 0
+	for i, b := range bufs {
+		got := make([]byte, 4)
+		require.NoError(t, q2.ReadBuffer(b, 0, got))
+		if got[0] != byte(i) || got[3] != 3 {
+			lost++
+		}
+		require.NoError(t, a.Free(b))
+	}
+	assert.Zero(t, lost, "buffers whose data the probe changed, of %d", n)
 }
 
 func TestBudgetRefusesLikeADeviceOutOfMemory(t *testing.T) {

@@ -25,4 +25,9 @@ static inline cl_int clpool_transfer(int write, cl_command_queue q, cl_mem m, cl
 	return clEnqueueReadBuffer(q, m, blocking, offset, size, ptr, nwait, wait, ev);
 }
 
+// clpool_set_callback registers Go handle h to be called (clpoolEventDone)
+// when e completes; it is defined in callback.c.
+#include <stdint.h>
+cl_int clpool_set_callback(cl_event e, uintptr_t h);
+
 #endif

@@ -20,6 +20,7 @@ import (
 // waits for it: the memory stays valid, and unmoved, for the device.
 type Event struct {
 	id        C.cl_event
+	ctx       *Context
 	profiling bool // the queue was made with QueueProfiling
 	serial    bool // see serialMu
 	pin       atomic.Pointer[runtime.Pinner]
@@ -54,7 +55,7 @@ func (s ExecStatus) String() string {
 }
 
 func (q *CommandQueue) newEvent(id C.cl_event, pin *runtime.Pinner) *Event {
-	e := &Event{id: id, profiling: q.props&QueueProfiling != 0, serial: q.ctx.serial}
+	e := &Event{id: id, ctx: q.ctx, profiling: q.props&QueueProfiling != 0, serial: q.ctx.serial}
 	if pin != nil {
 		e.pin.Store(pin)
 	}

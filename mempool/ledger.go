@@ -16,6 +16,39 @@ func (l *ledger) hit(b *block, size int64) {
 	l.activate(b, size)
 }
 
+// request counts a request on queue r (nil: none) and whether a held
+// block served it.
+func (l *ledger) request(r *qstate, hit bool) {
+	if r == nil {
+		return
+	}
+	q := &l.s.Queues[r.id-1]
+	q.Requests++
+	if hit {
+		q.Hits++
+	}
+}
+
+// handedOver counts a block handed to queue r (nil: none) after the
+// fences fs.
+func (l *ledger) handedOver(r *qstate, fs []fenced) {
+	if r != nil {
+		l.s.Queues[r.id-1].Handovers++
+	}
+	for _, f := range fs {
+		l.s.Queues[f.from.id-1].Markers += f.marked
+		switch {
+		case f.ready && r != nil:
+			l.s.Queues[r.id-1].Ready++
+		case f.ready:
+		case r != nil:
+			l.s.Queues[r.id-1].Barriers++
+		default:
+			l.s.Queues[f.from.id-1].HostWaits++
+		}
+	}
+}
+
 // miss counts a request that found no free block.
 func (l *ledger) miss() { l.s.Misses++ }
 

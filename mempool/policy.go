@@ -19,8 +19,9 @@ type (
 type placement interface {
 	// BlockSize returns the bytes of the block that serves size.
 	BlockSize(size int64) int64
-	// Get takes a free block for size out of the free set, or returns nil.
-	Get(size int64) *block
+	// GetOn takes a free block for size out of the free set, or returns
+	// nil; it may prefer blocks that only queue q may still use.
+	GetOn(size int64, q int32) *block
 	// NewSegment returns the segment, not yet allocated, that a miss of
 	// size makes; Smaller a smaller size to try after the device refused n
 	// bytes (0: none).
@@ -36,8 +37,9 @@ type placement interface {
 	// the pool is to free it now.
 	Put(b *block) *segment
 	// TakeLargest removes the largest wholly free segment, for the pool to
-	// free; nil if none.
+	// free; nil if none. TakeFreeIf removes one whose block pred accepts.
 	TakeLargest() *segment
+	TakeFreeIf(pred func(*block) bool) *segment
 	// LargestFree and Counts describe the free set; Counts is the policy's
 	// own, kept up to date, for the ledger to read.
 	LargestFree() int64

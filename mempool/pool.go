@@ -9,6 +9,7 @@ import (
 
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/mempool/internal/policy"
 )
 
 // This file is the pool's core, the same for every policy: the public
@@ -32,7 +33,10 @@ type Pool struct {
 	hooks       atomic.Pointer[[]*hookEntry] // nil when none: the hot path checks only that
 	hooksMu     sync.Mutex                   // serializes AddHook and its remove
 
+	defq *qstate // the allocator's queue, where pool.Allocate allocates; nil if none
+
 	mu      sync.Mutex // protects the fields below
+	queues  []*qstate  // every queue allocated for, by id-1
 	pol     placement
 	slab    []PooledBuffer // handed out one by one without drop safety (see handOutLocked)
 	holding bool           // false after StopHolding: given-back blocks are freed
@@ -106,6 +110,9 @@ func New(a allocator.Allocator, opts ...Option) (*Pool, error) {
 	if p.arena {
 		p.l.s.Policy = "arena"
 	}
+	if q := defaultQueue(a); q != nil {
+		p.defq, _ = p.queueState(q)
+	}
 	return p, nil
 }
 
@@ -121,7 +128,16 @@ func New(a allocator.Allocator, opts ...Option) (*Pool, error) {
 // gets a block of exactly its size, which is freed on Close rather than
 // held, since it is too small for the rest of its bin. (PyOpenCL fails these
 // requests.)
-func (p *Pool) Allocate(size int64) (*PooledBuffer, error) {
+//
+// The block is for use on the allocator's queue (allocator.Immediate's),
+// ordered after every command that may still use it on other queues (see
+// On). Over an allocator without a queue (allocator.Deferred), the pool
+// knows no queue: a block last used through On waits on the host for the
+// commands that may still use it, and the caller orders the rest.
+func (p *Pool) Allocate(size int64) (*PooledBuffer, error) { return p.allocate(size, p.defq) }
+
+// allocate serves a request of size bytes on queue r (nil: none).
+func (p *Pool) allocate(size int64, r *qstate) (*PooledBuffer, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("mempool: Allocate(%d): negative size: %w", size, cl.ErrInvalidBufferSize)
 	}
@@ -135,24 +151,49 @@ func (p *Pool) Allocate(size int64) (*PooledBuffer, error) {
 		p.mu.Unlock()
 		return nil, p.mallocFailed(hooks, size, ErrPoolClosed)
 	}
-	if b := p.pol.Get(size); b != nil {
+	if b := p.pol.GetOn(size, r.idOrNone()); b != nil {
 		p.l.hit(b, size)
+		p.l.request(r, true)
 		p.l.sync(p.pol.Counts())
 		pb = p.handOutLocked(pb)
+		uses := handover(b, r)
 		p.mu.Unlock()
-		return p.wrap(hooks, pb, b, size), nil
+		if uses != nil {
+			if err := p.handOver(uses, r, pb, b, size); err != nil {
+				return nil, p.mallocFailed(hooks, size, err)
+			}
+		}
+		return p.wrap(hooks, pb, b, size, r), nil
 	}
 	p.l.miss()
+	p.l.request(r, false)
 	gone := p.pol.BeforeGrow(size)
 	stale := p.forgetLocked(gone...)
 	p.mu.Unlock()
 	p.freeSegments(gone, stale)
 
-	b, pb, err := p.allocateBlock(hooks, size, pb)
+	b, pb, err := p.allocateBlock(hooks, size, pb, r)
 	if err != nil {
 		return nil, p.mallocFailed(hooks, size, err)
 	}
-	return p.wrap(hooks, pb, b, size), nil
+	return p.wrap(hooks, pb, b, size, r), nil
+}
+
+// handOver orders block b, taken for queue r, after the commands of uses.
+// If that fails, the block goes back to the pool as it was, and pb (from
+// handOutLocked) is dropped.
+func (p *Pool) handOver(uses []policy.Use, r *qstate, pb *PooledBuffer, b *block, size int64) error {
+	fs, err := p.order(uses, r)
+	p.mu.Lock()
+	p.l.handedOver(r, fs)
+	p.mu.Unlock()
+	if err == nil {
+		return nil
+	}
+	*pb = PooledBuffer{pool: p, blk: b, size: size}
+	b.Uses = append(b.Uses[:0], uses...)
+	_ = p.put(pb, true)
+	return err
 }
 
 // blockSize returns the bytes of the block a request of size gets (see
@@ -185,7 +226,7 @@ func (p *Pool) newSegmentLocked(size int64) *segment {
 // segments, largest first, retrying after each, then tries the smaller
 // segments the policy offers, before it gives up. pb, from
 // newPooledBuffer, comes back readied by handOutLocked.
-func (p *Pool) allocateBlock(hooks hookList, size int64, pb *PooledBuffer) (*block, *PooledBuffer, error) {
+func (p *Pool) allocateBlock(hooks hookList, size int64, pb *PooledBuffer, r *qstate) (*block, *PooledBuffer, error) {
 	p.mu.Lock()
 	seg := p.newSegmentLocked(size)
 	p.mu.Unlock()
@@ -225,12 +266,18 @@ func (p *Pool) allocateBlock(hooks hookList, size int64, pb *PooledBuffer) (*blo
 			collected = true
 			p.collectDropped()
 			p.mu.Lock()
-			if b := p.pol.Get(size); b != nil {
+			if b := p.pol.GetOn(size, r.idOrNone()); b != nil {
 				p.l.unreserve(seg)
 				p.l.hit(b, size)
 				p.l.sync(p.pol.Counts())
 				pb = p.handOutLocked(pb)
+				uses := handover(b, r)
 				p.mu.Unlock()
+				if uses != nil {
+					if err := p.handOver(uses, r, pb, b, size); err != nil {
+						return nil, nil, err
+					}
+				}
 				return b, pb, nil
 			}
 			p.mu.Unlock()
@@ -325,7 +372,12 @@ func (p *Pool) outOfMemory(size, n int64, cause error) error {
 // exact-size block), its segment is freed once wholly free. A PooledBuffer
 // already closed returns ErrClosed and changes nothing. The closed mark is
 // guarded by p.mu, which put takes anyway.
-func (p *Pool) put(pb *PooledBuffer) error {
+//
+// The block records the queues whose commands may still use it: pb's own
+// and those of RecordQueue, each with its count of markers now (see
+// queue.go). A block whose handover failed (undo) keeps the uses it had
+// and is not counted as a request given back by a hook.
+func (p *Pool) put(pb *PooledBuffer, undo ...bool) error {
 	hooks := p.hooks.Load()
 	p.mu.Lock()
 	size := pb.size
@@ -337,6 +389,11 @@ func (p *Pool) put(pb *PooledBuffer) error {
 	pb.size = ^size // closed before the hook: a racing Close gets ErrClosed
 	if p.dropSafety {
 		runtime.SetFinalizer(pb, nil) // under p.mu: see handOutLocked
+	}
+	if len(undo) == 0 {
+		p.recordUsesLocked(b, pb.q)
+	} else {
+		hooks = nil
 	}
 	if hooks != nil {
 		p.mu.Unlock()
@@ -451,8 +508,12 @@ func (p *Pool) StopHolding() {
 func (p *Pool) Close() error {
 	p.mu.Lock()
 	p.closed = true
+	queues := p.queues
 	p.mu.Unlock()
 	p.StopHolding()
+	for _, qs := range queues {
+		_ = qs.release()
+	}
 	return nil
 }
 

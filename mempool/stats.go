@@ -134,6 +134,10 @@ type Stats struct {
 	// oversize_segments). Without it there are none.
 	OversizeAllocations Stat
 	OversizeSegments    Stat
+
+	// Queues has the figures of each queue the pool has allocated for
+	// (Pool.On, and the allocator's own queue), in order of first use.
+	Queues []QueueStats
 }
 
 // groups lists the torch groups with torch's names, in torch's order.
@@ -212,6 +216,7 @@ func (p *Pool) ResetAccumulated() {
 // p.mu must be held.
 func (p *Pool) snapshot() Stats {
 	s := p.l.s
+	s.Queues = append([]QueueStats(nil), s.Queues...)
 	s.Active, s.ActiveBlockBytes = s.Allocation, s.AllocatedBytes
 	for _, gr := range s.groups() {
 		gr.g.sumAll()

@@ -34,3 +34,24 @@ func Size(q *cl.CommandQueue, small, full int) int {
 	}
 	return full
 }
+
+// SecondQueue returns another in-order queue (with flags props) on q's
+// context and device, released at the end of the test.
+func SecondQueue(tb testing.TB, q *cl.CommandQueue, props cl.QueueProperties) *cl.CommandQueue {
+	tb.Helper()
+	q2, err := cl.NewCommandQueue(q.Context(), q.Device(), props)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { require.NoError(tb, q2.Release()) })
+	return q2
+}
+
+// SlowRead is a kernel that reads x[i] iters times, late and through a
+// volatile pointer so that no read is hoisted, and writes the sum to
+// out[i]: a command that still uses x long after it was enqueued.
+const SlowRead = `
+kernel void slow_read(volatile global const int *x, global int *out, int iters) {
+	int i = get_global_id(0);
+	int acc = 0;
+	for (int k = 0; k < iters; k++) acc += x[i];
+	out[i] = acc;
+}`

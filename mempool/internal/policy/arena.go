@@ -88,9 +88,13 @@ func (a *Arena[T]) SetQuick(n int, maxSize int64) {
 // merges the waiting blocks, so that the choice is made among merged
 // blocks only, and looks in n's own class, then takes the first block of
 // the next class that has one, all of whose blocks fit.
-func (a *Arena[T]) Get(n int64) *Block[T] {
+func (a *Arena[T]) Get(n int64) *Block[T] { return a.GetOn(n, 0) }
+
+// GetOn is Get for a request on queue q (0: none): of the blocks of n
+// bytes waiting unmerged, it prefers one that only q may still use.
+func (a *Arena[T]) GetOn(n int64, q int32) *Block[T] {
 	if a.quick.n > 0 {
-		if b := a.quick.get(n); b != nil {
+		if b := a.quick.getOn(n, q); b != nil {
 			a.quick.remove(b)
 			a.take(b)
 			a.publish()
@@ -304,7 +308,7 @@ func (a *Arena[T]) split(b *Block[T], n int64) {
 	} else {
 		r = new(Block[T])
 	}
-	*r = Block[T]{Seg: b.Seg, Off: b.Off + n, Size: rest, free: true, prev: b, next: b.next}
+	*r = Block[T]{Seg: b.Seg, Off: b.Off + n, Size: rest, free: true, prev: b, next: b.next, Uses: append(r.Uses[:0], b.Uses...)}
 	if b.next != nil {
 		b.next.prev = r
 	}
@@ -328,7 +332,8 @@ func (a *Arena[T]) merge(b, n *Block[T]) {
 	}
 	b.Seg.blocks--
 	a.free(-1, 0)
-	*n = Block[T]{fnext: a.spare}
+	b.Uses = mergeUses(b.Uses, n.Uses)
+	*n = Block[T]{fnext: a.spare, Uses: n.Uses[:0]}
 	a.spare = n
 }
 

@@ -92,15 +92,16 @@ func (p *Arenas[T]) arenaFor(n int64) *Arena[T] {
 
 // Get returns a free block for a request of size, now active; nil if none
 // fits.
-func (p *Arenas[T]) Get(size int64) *Block[T] {
+func (p *Arenas[T]) Get(size int64) *Block[T] { return p.GetOn(size, 0) }
+
+// GetOn is Get for a request on queue q (0: none): of the blocks waiting
+// unmerged, it prefers one that only q may still use.
+func (p *Arenas[T]) GetOn(size int64, q int32) *Block[T] {
 	n := p.Round(size)
-	var b *Block[T]
 	if p.Oversize(size) {
-		b = p.large.GetWhole(n, OversizeSlack)
-	} else {
-		b = p.arenaFor(n).Get(n)
+		return p.large.GetWhole(n, OversizeSlack)
 	}
-	return b
+	return p.arenaFor(n).GetOn(n, q)
 }
 
 // SegmentSize returns the bytes of a new segment for a request of size.
@@ -203,6 +204,22 @@ func (p *Arenas[T]) TakeLargest() *Segment[T] {
 		p.reserved -= best.Size
 	}
 	return best
+}
+
+// TakeFreeIf removes a wholly free segment whose block pred accepts and
+// returns it for the pool to free; nil if there is none.
+func (p *Arenas[T]) TakeFreeIf(pred func(*Block[T]) bool) *Segment[T] {
+	p.small.Flush()
+	for _, a := range []*Arena[T]{p.large, p.small} {
+		for _, s := range a.empty {
+			if pred(s.first) {
+				a.Remove(s)
+				p.reserved -= s.Size
+				return s
+			}
+		}
+	}
+	return nil
 }
 
 // LargestFree returns the size of the largest free block.

@@ -122,10 +122,28 @@ func (p *Bins[T]) BlockSize(size int64) int64 { return p.SegmentSize(size) }
 
 // Get takes the most recently given back block of size's bin, or returns
 // nil if the bin holds none.
-func (p *Bins[T]) Get(size int64) *Block[T] {
+func (p *Bins[T]) Get(size int64) *Block[T] { return p.GetOn(size, 0) }
+
+// preferScan is how deep into a stack GetOn looks for a block of its queue.
+const preferScan = 4
+
+// GetOn is Get for a request on queue q (0: none): among the few most
+// recently given back blocks of the bin, it takes the newest that only q
+// may still use, else the newest.
+func (p *Bins[T]) GetOn(size int64, q int32) *Block[T] {
 	s := p.stacks.get(BinNumber(size, p.lb))
 	if s == nil || len(*s) == 0 {
 		return nil
+	}
+	st := *s
+	last := len(st) - 1
+	if q != 0 && !st[last].Only(q) {
+		for i := last - 1; i >= max(0, last-preferScan); i-- {
+			if st[i].Only(q) {
+				st[i], st[last] = st[last], st[i]
+				break
+			}
+		}
 	}
 	return p.pop(s)
 }
@@ -181,6 +199,25 @@ func (p *Bins[T]) TakeLargest() *Segment[T] {
 	b := p.pop(p.stacks.get(c))
 	p.counts.Segments--
 	return b.Seg
+}
+
+// TakeFreeIf removes a held block that pred accepts and returns its
+// segment, for the pool to free; nil if there is none.
+func (p *Bins[T]) TakeFreeIf(pred func(*Block[T]) bool) *Segment[T] {
+	for _, c := range p.used {
+		s := p.stacks.get(c)
+		for i, b := range *s {
+			if pred(b) {
+				*s = append((*s)[:i], (*s)[i+1:]...)
+				b.free = false
+				p.counts.FreeBlocks--
+				p.counts.FreeBytes -= b.Size
+				p.counts.Segments--
+				return b.Seg
+			}
+		}
+	}
+	return nil
 }
 
 // largest returns the largest bin that holds a block.

@@ -47,12 +47,46 @@ type Block[T comparable] struct {
 	// go to the stale list for the pool to release (see TakeStale).
 	Cache T
 
+	// Uses are the queues whose commands may still use a free block (see
+	// Use); a merged block has the uses of both parts.
+	Uses []Use
+
 	free       bool
 	quick      bool      // free, waiting unmerged on a quick list (arena)
 	class      uint32    // the size class it is indexed under, while free
 	prev, next *Block[T] // neighbours in the segment, by address (arena)
 	fprev      *Block[T] // neighbours in its free list (arena)
 	fnext      *Block[T]
+}
+
+// Use records that a block was given back while commands enqueued on a
+// queue (Queue, an id of the pool's; never 0) may still use it: a marker
+// enqueued on that queue after its first Seq markers waits for them.
+type Use struct {
+	Queue int32
+	Seq   uint64
+}
+
+// Only reports whether the only queue that may still use the block is q
+// (or none does).
+func (b *Block[T]) Only(q int32) bool {
+	return len(b.Uses) == 0 || len(b.Uses) == 1 && b.Uses[0].Queue == q
+}
+
+// mergeUses returns the uses of a and b together, the later of two uses
+// of one queue kept; the result reuses a's memory.
+func mergeUses(a, b []Use) []Use {
+outer:
+	for _, u := range b {
+		for i := range a {
+			if a[i].Queue == u.Queue {
+				a[i].Seq = max(a[i].Seq, u.Seq)
+				continue outer
+			}
+		}
+		a = append(a, u)
+	}
+	return a
 }
 
 // Whole reports whether the block covers its segment.

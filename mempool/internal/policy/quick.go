@@ -38,6 +38,22 @@ func (q *quickLists[T]) get(size int64) *Block[T] {
 	return nil
 }
 
+// getOn returns a waiting block of exactly size bytes, preferring, among
+// the newest few, one that only queue q may still use; nil if none.
+func (q *quickLists[T]) getOn(size int64, queue int32) *Block[T] {
+	b := q.get(size)
+	if b == nil || queue == 0 || b.Only(queue) {
+		return b
+	}
+	i := 0
+	for x := b.fnext; x != nil && i < preferScan; x, i = x.fnext, i+1 {
+		if x.Only(queue) {
+			return x
+		}
+	}
+	return b
+}
+
 // push lists b, free, which admits allows.
 func (q *quickLists[T]) push(b *Block[T]) {
 	i := b.Size / q.unit
