@@ -30,6 +30,7 @@ var (
 	ErrClosed          = errors.New("array: array is closed")
 	ErrLengthMismatch  = errors.New("array: lengths differ")
 	ErrContextMismatch = errors.New("array: arrays of different contexts")
+	ErrQueueMismatch   = errors.New("array: arrays on different command queues")
 	ErrEmpty           = errors.New("array: empty array")
 	ErrOutOfRange      = errors.New("array: slice bounds out of range")
 	ErrOverlap         = errors.New("array: an in-place result overlaps an operand at another offset")
@@ -116,8 +117,29 @@ func newArray[T Elem](q *cl.CommandQueue, n int, alloc Alloc) (*Array[T], error)
 	if err != nil {
 		return nil, fmt.Errorf("array: allocating %d elements: %w", n, err)
 	}
+	if err := onQueue(b, q); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("array: allocating %d elements: %w", n, err)
+	}
 	a.store = newStorage[T](b)
 	return a, nil
+}
+
+// queued is a Block that knows the queue it was allocated for and can
+// record another, as *mempool.PooledBuffer does.
+type queued interface {
+	Queue() *cl.CommandQueue
+	RecordQueue(q *cl.CommandQueue) error
+}
+
+// onQueue makes sure a pool orders the block's reuse after the array's
+// commands on q: a block allocated for another queue (pool.Allocate on
+// the allocator's queue, say) records q too, as torch's record_stream.
+func onQueue(b Block, q *cl.CommandQueue) error {
+	if qb, ok := b.(queued); ok && qb.Queue() != q {
+		return qb.RecordQueue(q)
+	}
+	return nil
 }
 
 // Zeros returns an array of n zeros.
@@ -272,8 +294,10 @@ func (a *Array[T]) Close() error {
 // Closed reports whether Close has been called.
 func (a *Array[T]) Closed() bool { return a.closed }
 
-// check returns an error unless a and every other array are open, of one
-// context and, when sameLen, of a's length.
+// check returns an error unless a and every other array are open, on one
+// queue and, when sameLen, of a's length. Operands on different queues
+// are refused (ErrQueueMismatch) rather than ordered: a kernel on one
+// queue would race with the pending work of the other.
 func (a *Array[T]) check(op string, others ...*Array[T]) error {
 	if a.closed {
 		return fmt.Errorf("array: %s: %w", op, ErrClosed)
@@ -284,6 +308,8 @@ func (a *Array[T]) check(op string, others ...*Array[T]) error {
 			return fmt.Errorf("array: %s: %w", op, ErrClosed)
 		case o.q.Context() != a.q.Context():
 			return fmt.Errorf("array: %s: %w", op, ErrContextMismatch)
+		case o.q != a.q:
+			return fmt.Errorf("array: %s: %w", op, ErrQueueMismatch)
 		case o.n != a.n:
 			return fmt.Errorf("array: %s: lengths %d and %d: %w", op, a.n, o.n, ErrLengthMismatch)
 		}

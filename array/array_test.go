@@ -374,3 +374,39 @@ func TestConcurrentArraysShareKernels(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// Arrays on different queues of one context are refused, and an array
+// whose memory a pool allocated for another queue records its own.
+func TestArraysOnDifferentQueues(t *testing.T) {
+	q := cltest.Queue(t)
+	q2, err := cl.NewCommandQueue(q.Context(), q.Device(), 0)
+	require.NoError(t, err)
+	defer q2.Release()
+	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
+	require.NoError(t, err)
+	pool, err := mempool.New(imm)
+	require.NoError(t, err)
+	defer pool.Close()
+
+	a, err := array.Full[float32](q, 4, 1, pool.On(q).Allocate)
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := array.Full[float32](q2, 4, 2, pool.Allocate) // allocated for q, used on q2
+	require.NoError(t, err)
+	_, err = array.Add(a, b)
+	assert.ErrorIs(t, err, array.ErrQueueMismatch)
+	assert.ErrorIs(t, a.IAdd(b), array.ErrQueueMismatch)
+	require.NoError(t, b.Close())
+
+	// b's block was given back with q2's commands recorded: q's next
+	// request for it is ordered after them.
+	c, err := array.Zeros[float32](q, 4, pool.On(q).Allocate)
+	require.NoError(t, err)
+	defer c.Close()
+	qs := pool.Stats().Queues
+	require.Len(t, qs, 2)
+	assert.Equal(t, int64(1), qs[0].Handovers, "ordered after q2's fill")
+	got, err := c.Get()
+	require.NoError(t, err)
+	assert.Equal(t, []float32{0, 0, 0, 0}, got)
+}

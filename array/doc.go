@@ -41,6 +41,18 @@
 // arrays, and the memory goes back to the allocator at the last Close, in
 // whatever order they come.
 //
+// # Queues
+//
+// An array lives on the queue it was made on, and every operation enqueues
+// its kernels there. Its memory is for that queue: pass pool.On(q).Allocate
+// for arrays on q. A block allocated for another queue (pool.Allocate
+// allocates on the allocator's queue) records q too (RecordQueue), so the
+// pool reuses it only after the array's commands on q, whichever queue
+// asks next. Closing an array right after its last operation is enqueued
+// is legal. An operation whose operands live on different queues is
+// refused with ErrQueueMismatch rather than ordered: copy one operand to
+// the other's queue first.
+//
 // # Lifetimes
 //
 // Close gives an array's memory back (at the last Close of the array and

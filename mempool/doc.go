@@ -41,6 +41,33 @@
 // the same range. The policies themselves are plain data structures in
 // internal/policy, tested without OpenCL.
 //
+// # Queues
+//
+// One pool serves many command queues. The contract is CuPy's and torch's:
+// Close a PooledBuffer (or drop it) right after enqueueing the last command
+// that uses it; the pool never hands its memory to any queue before the
+// commands enqueued before Close may have finished with it.
+//
+//	on := pool.On(q)            // an allocator for use on q
+//	b, _ := on.Allocate(n)
+//	q.EnqueueNDRangeKernel(k, ...) // uses b
+//	b.Close()                   // legal at once
+//
+// A block remembers the queue it was allocated for, and the queues
+// RecordQueue added. Reused on the same in-order queue, it costs no OpenCL
+// call: the queue runs its commands in order. Taken by another queue, or
+// by an out-of-order queue (even its own), it is ordered on the device: a
+// marker on each queue that may still use it, enqueued then (not at
+// Close) and shared by every block given back there before it, and a
+// barrier on the marker in the asking queue. A marker seen complete needs
+// no barrier; the pool never waits on the host for a queue, never calls
+// clFinish. Requests prefer a block that only their queue may still use.
+// pool.Allocate allocates on the allocator's queue (allocator.Immediate's);
+// over an allocator without a queue, a block last used on a queue waits on
+// the host for that queue's marker, and other ordering is the caller's.
+// Stats.Queues has each queue's figures; QueueAllocator.FreeHeld frees what
+// only one queue may still use.
+//
 // # Lifecycle
 //
 //	pool, _ := mempool.New(alloc)     // alloc: an allocator.Immediate, usually

@@ -160,6 +160,9 @@ func (p *Pool) order(uses []policy.Use, r *qstate) ([]fenced, error) {
 	fs := make([]fenced, 0, len(uses))
 	var errs []error
 	for _, u := range uses {
+		if r != nil && !r.ooo && u.Queue == r.id {
+			continue // r's own commands come before, in order
+		}
 		f := fenced{from: p.queueByID(u.Queue)}
 		var err error
 		f.ready, f.marked, err = f.from.fence(u.Seq, r)
