@@ -1,6 +1,7 @@
 package mempool_test
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"testing"
@@ -299,4 +300,63 @@ func perGoroutineLoop(b *testing.B, opts ...mempool.Option) {
 		defer p.Close()
 		parallelHits(b, pb, p)
 	})
+}
+
+// BenchmarkOnQueueParallel is the hit of goroutines each allocating on a
+// queue of its own through Pool.On, with and without drop safety; its
+// sub-benchmarks with one goroutine are the reference for the per-queue
+// throughput, and BenchmarkFloorSetFinalizerParallel the floor of drop
+// safety in parallel.
+func BenchmarkOnQueueParallel(b *testing.B) {
+	for _, c := range []struct {
+		goroutines int
+		drop       bool
+	}{{1, false}, {2, false}, {1, true}, {2, true}} {
+		goroutines := c.goroutines
+		b.Run(fmt.Sprintf("goroutines=%d/dropsafety=%v", goroutines, c.drop), func(b *testing.B) {
+			q := cltest.Queue(b)
+			imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p, err := mempool.New(imm, mempool.WithDropSafety(c.drop))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { p.Close() })
+			ons := make([]*mempool.QueueAllocator, goroutines)
+			for i := range ons {
+				q2, err := cl.NewCommandQueue(q.Context(), q.Device(), 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { q2.Release() })
+				ons[i] = p.On(q2)
+				warm, err := ons[i].Allocate(benchSize)
+				if err != nil {
+					b.Fatal(err)
+				}
+				warm.Close()
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			per := b.N / goroutines
+			for _, on := range ons {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range per {
+						pb, err := on.Allocate(benchSize)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						pb.Close()
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
 }

@@ -195,3 +195,48 @@ func ExampleWithArena() {
 	// device allocations 1, managed 2097152 bytes, held 2097152 bytes
 	// managed after FreeHeld: 0
 }
+
+// ExamplePool_On shares one pool between two queues: a buffer closed right
+// after a command on one queue is handed to the other only after that
+// command.
+func ExamplePool_On() {
+	q, err := cl.DefaultQueue()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer q.Release()
+	q2, err := cl.NewCommandQueue(q.Context(), q.Device(), 0)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer q2.Release()
+	alloc, err := allocator.NewImmediate(q, cl.MemReadWrite)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	pool, err := mempool.New(alloc)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+
+	a, _ := pool.On(q).Allocate(4096)
+	ev, _ := q.EnqueueFillBuffer(a.Base(), []byte{1}, a.Offset(), 4096)
+	ev.Release()
+	a.Close() // legal right after the enqueue
+
+	b, _ := pool.On(q2).Allocate(4096) // the same memory, after the fill
+	b.RecordQueue(q)                   // b will also be used on q
+	b.Close()
+	q2.Finish()
+	s := pool.Stats()
+	fmt.Println("device allocations:", s.DeviceAllocs)
+	fmt.Println("handovers to q2:", s.Queues[1].Handovers)
+	// Output:
+	// device allocations: 1
+	// handovers to q2: 1
+}
