@@ -16,11 +16,17 @@ kernel void add(global const float *a, global const float *b, global float *c, f
 }`
 
 func newFloatBuffer(t *testing.T, q *cl.CommandQueue, xs []float32) *cl.Buffer {
+	return newBuffer(t, q, xs)
+}
+
+// newBuffer returns a buffer holding xs, released at the end of the test.
+func newBuffer[T cl.Scalar](t *testing.T, q *cl.CommandQueue, xs []T) *cl.Buffer {
 	t.Helper()
-	b, err := q.Context().CreateBuffer(cl.MemReadWrite, int64(4*len(xs)))
+	data := cl.Bytes(xs)
+	b, err := q.Context().CreateBuffer(cl.MemReadWrite, int64(len(data)))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, b.Release()) })
-	require.NoError(t, q.WriteBuffer(b, 0, cl.Bytes(xs)))
+	require.NoError(t, q.WriteBuffer(b, 0, data))
 	return b
 }
 

@@ -14,12 +14,7 @@ import (
 // kernel's event.
 func slowRead(t *testing.T, q *cl.CommandQueue, x, out *cl.Buffer, n, iters int) *cl.Event {
 	t.Helper()
-	prog, err := q.Context().BuildProgram(cltest.SlowRead, "")
-	require.NoError(t, err)
-	t.Cleanup(func() { prog.Release() })
-	k, err := prog.Kernel("slow_read")
-	require.NoError(t, err)
-	t.Cleanup(func() { k.Release() })
+	k := cltest.SlowReadKernel(t, q)
 	require.NoError(t, k.SetArgs(x, out, int32(iters)))
 	ev, err := q.EnqueueNDRangeKernel(k, nil, []int{n}, nil)
 	require.NoError(t, err)
@@ -36,8 +31,8 @@ func TestMarkerAndBarrierOrderTwoQueues(t *testing.T) {
 	for i := range ones {
 		ones[i] = 1
 	}
-	x := newIntBuffer(t, q, ones)
-	out := newIntBuffer(t, q, make([]int32, n))
+	x := newBuffer(t, q, ones)
+	out := newBuffer(t, q, make([]int32, n))
 	kev := slowRead(t, q, x, out, n, iters)
 	defer kev.Release()
 
@@ -136,13 +131,4 @@ func TestMigrateContentUndefined(t *testing.T) {
 	got := make([]byte, 4)
 	require.NoError(t, q2.ReadBuffer(b, 0, got))
 	assert.Equal(t, []byte{1, 2, 3, 4}, got)
-}
-
-func newIntBuffer(t *testing.T, q *cl.CommandQueue, xs []int32) *cl.Buffer {
-	t.Helper()
-	b, err := q.Context().CreateBuffer(cl.MemReadWrite, int64(4*len(xs)))
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, b.Release()) })
-	require.NoError(t, q.WriteBuffer(b, 0, cl.Bytes(xs)))
-	return b
 }

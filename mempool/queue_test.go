@@ -19,16 +19,13 @@ var policies = []struct {
 	opts []mempool.Option
 }{{"bins", nil}, {"arena", []mempool.Option{mempool.WithArena()}}}
 
-// slowKernel builds cltest.SlowRead on q's context.
-func slowKernel(t *testing.T, q *cl.CommandQueue) *cl.Kernel {
+// fillWait fills b's block with v on q and waits for it.
+func fillWait(t *testing.T, q *cl.CommandQueue, b *mempool.PooledBuffer, v int32) {
 	t.Helper()
-	prog, err := q.Context().BuildProgram(cltest.SlowRead, "")
+	fill, err := q.EnqueueFillBuffer(b.Base(), cl.Bytes([]int32{v}), b.Offset(), b.Size())
 	require.NoError(t, err)
-	t.Cleanup(func() { prog.Release() })
-	k, err := prog.Kernel("slow_read")
-	require.NoError(t, err)
-	t.Cleanup(func() { k.Release() })
-	return k
+	require.NoError(t, fill.Wait())
+	require.NoError(t, fill.Release())
 }
 
 // PyOpenCL #447: a buffer closed right after a slow kernel on queue A is
@@ -40,7 +37,7 @@ func TestCrossQueueReuseWaitsForTheKernel(t *testing.T) {
 		t.Run(pol.name, func(t *testing.T) {
 			f := newFixture(t, nil, pol.opts...)
 			qa, qb := f.q, cltest.SecondQueue(t, f.q, 0)
-			k := slowKernel(t, qa)
+			k := cltest.SlowReadKernel(t, qa)
 			n, iters := 64, cltest.Size(qa, 100, 1000000)
 			trials := cltest.Size(qa, 3, 10)
 			ones := make([]int32, n)
@@ -66,10 +63,7 @@ func TestCrossQueueReuseWaitsForTheKernel(t *testing.T) {
 				require.NoError(t, err)
 				require.Same(t, base, y.Base(), "the test must exercise reuse")
 				require.Equal(t, off, y.Offset())
-				fill, err := qb.EnqueueFillBuffer(y.Base(), cl.Bytes([]int32{7}), y.Offset(), int64(4*n))
-				require.NoError(t, err)
-				require.NoError(t, fill.Wait())
-				require.NoError(t, fill.Release())
+				fillWait(t, qb, y, 7)
 				require.NoError(t, y.Close())
 
 				got := make([]int32, n)
@@ -120,7 +114,7 @@ func TestRecordQueueOrdersTheOtherQueue(t *testing.T) {
 		t.Run(pol.name, func(t *testing.T) {
 			f := newFixture(t, nil, pol.opts...)
 			qa, qb := f.q, cltest.SecondQueue(t, f.q, 0)
-			k := slowKernel(t, qb)
+			k := cltest.SlowReadKernel(t, qb)
 			n, iters := 64, cltest.Size(qa, 100, 1000000)
 			ones := make([]int32, n)
 			for i := range ones {
@@ -144,10 +138,7 @@ func TestRecordQueueOrdersTheOtherQueue(t *testing.T) {
 
 			y, err := f.pool.On(qa).Allocate(int64(4 * n))
 			require.NoError(t, err)
-			fill, err := qa.EnqueueFillBuffer(y.Base(), cl.Bytes([]int32{7}), y.Offset(), int64(4*n))
-			require.NoError(t, err)
-			require.NoError(t, fill.Wait())
-			require.NoError(t, fill.Release())
+			fillWait(t, qa, y, 7)
 			require.NoError(t, y.Close())
 			got := make([]int32, n)
 			require.NoError(t, qb.ReadBuffer(out, 0, cl.Bytes(got)))

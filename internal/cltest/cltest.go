@@ -55,3 +55,16 @@ kernel void slow_read(volatile global const int *x, global int *out, int iters) 
 	for (int k = 0; k < iters; k++) acc += x[i];
 	out[i] = acc;
 }`
+
+// SlowReadKernel builds SlowRead on q's context and returns its kernel,
+// released (with its program) at the end of the test.
+func SlowReadKernel(tb testing.TB, q *cl.CommandQueue) *cl.Kernel {
+	tb.Helper()
+	prog, err := q.Context().BuildProgram(SlowRead, "")
+	require.NoError(tb, err)
+	tb.Cleanup(func() { prog.Release() })
+	k, err := prog.Kernel("slow_read")
+	require.NoError(tb, err)
+	tb.Cleanup(func() { k.Release() })
+	return k
+}
