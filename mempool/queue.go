@@ -38,6 +38,7 @@ type qstate struct {
 	marker    *cl.Event  // the newest marker, nil if none
 	markerSeq uint64     // its number
 	done      bool       // it has been seen complete
+	closed    bool       // the pool is closed: keep no marker
 }
 
 // QueueStats are the figures of one queue, in Stats.Queues.
@@ -197,6 +198,7 @@ func (p *Pool) queueByID(id int32) *qstate {
 func (qs *qstate) fence(seq uint64, r *qstate) (ready bool, marked int64, err error) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
+	defer qs.releaseIfClosedLocked() // a handover racing the pool's Close keeps no marker
 	if qs.marker == nil || qs.markerSeq <= seq {
 		n := qs.seq.Add(1) // before the enqueue: see seq
 		m, err := qs.q.EnqueueMarker()
@@ -231,11 +233,17 @@ func (qs *qstate) fence(seq uint64, r *qstate) (ready bool, marked int64, err er
 	return false, marked, nil
 }
 
-// release releases the queue's marker, at the pool's Close.
+// release releases the queue's marker, at the pool's Close; a fence
+// after it releases its own.
 func (qs *qstate) release() error {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	if qs.marker == nil {
+	qs.closed = true
+	return qs.releaseIfClosedLocked()
+}
+
+func (qs *qstate) releaseIfClosedLocked() error {
+	if !qs.closed || qs.marker == nil {
 		return nil
 	}
 	err := qs.marker.Release()
