@@ -152,16 +152,10 @@ func (p *Pool) allocate(size int64, r *qstate) (*PooledBuffer, error) {
 		return nil, p.mallocFailed(hooks, size, ErrPoolClosed)
 	}
 	if b := p.pol.GetOn(size, r.idOrNone()); b != nil {
-		p.l.hit(b, size)
 		p.l.request(r, true)
-		p.l.sync(p.pol.Counts())
-		pb = p.handOutLocked(pb)
-		uses := handover(b, r)
-		p.mu.Unlock()
-		if uses != nil {
-			if err := p.handOver(uses, r, pb, b, size); err != nil {
-				return nil, p.mallocFailed(hooks, size, err)
-			}
+		pb, err := p.hitUnlock(b, size, pb, r)
+		if err != nil {
+			return nil, p.mallocFailed(hooks, size, err)
 		}
 		return p.wrap(hooks, pb, b, size, r), nil
 	}
@@ -177,6 +171,24 @@ func (p *Pool) allocate(size int64, r *qstate) (*PooledBuffer, error) {
 		return nil, p.mallocFailed(hooks, size, err)
 	}
 	return p.wrap(hooks, pb, b, size, r), nil
+}
+
+// hitUnlock hands out b, a held block taken for a request of size bytes
+// on queue r: it counts the hit, readies pb (from newPooledBuffer),
+// releases p.mu, which must be held, and orders b after the commands that
+// may still use it.
+func (p *Pool) hitUnlock(b *block, size int64, pb *PooledBuffer, r *qstate) (*PooledBuffer, error) {
+	p.l.hit(b, size)
+	p.l.sync(p.pol.Counts())
+	pb = p.handOutLocked(pb)
+	uses := handover(b, r)
+	p.mu.Unlock()
+	if uses != nil {
+		if err := p.handOver(uses, r, pb, b, size); err != nil {
+			return nil, err
+		}
+	}
+	return pb, nil
 }
 
 // handOver orders block b, taken for queue r, after the commands of uses.
@@ -268,15 +280,9 @@ func (p *Pool) allocateBlock(hooks hookList, size int64, pb *PooledBuffer, r *qs
 			p.mu.Lock()
 			if b := p.pol.GetOn(size, r.idOrNone()); b != nil {
 				p.l.unreserve(seg)
-				p.l.hit(b, size)
-				p.l.sync(p.pol.Counts())
-				pb = p.handOutLocked(pb)
-				uses := handover(b, r)
-				p.mu.Unlock()
-				if uses != nil {
-					if err := p.handOver(uses, r, pb, b, size); err != nil {
-						return nil, nil, err
-					}
+				pb, err := p.hitUnlock(b, size, pb, r)
+				if err != nil {
+					return nil, nil, err
 				}
 				return b, pb, nil
 			}

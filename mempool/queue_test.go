@@ -19,6 +19,15 @@ var policies = []struct {
 	opts []mempool.Option
 }{{"bins", nil}, {"arena", []mempool.Option{mempool.WithArena()}}}
 
+// allOnes returns n ones.
+func allOnes(n int) []int32 {
+	xs := make([]int32, n)
+	for i := range xs {
+		xs[i] = 1
+	}
+	return xs
+}
+
 // fillWait fills b's block with v on q and waits for it.
 func fillWait(t *testing.T, q *cl.CommandQueue, b *mempool.PooledBuffer, v int32) {
 	t.Helper()
@@ -40,10 +49,7 @@ func TestCrossQueueReuseWaitsForTheKernel(t *testing.T) {
 			k := cltest.SlowReadKernel(t, qa)
 			n, iters := 64, cltest.Size(qa, 100, 1000000)
 			trials := cltest.Size(qa, 3, 10)
-			ones := make([]int32, n)
-			for i := range ones {
-				ones[i] = 1
-			}
+			ones := allOnes(n)
 			out, err := qa.Context().CreateBuffer(cl.MemReadWrite, int64(4*n))
 			require.NoError(t, err)
 			defer out.Release()
@@ -116,10 +122,7 @@ func TestRecordQueueOrdersTheOtherQueue(t *testing.T) {
 			qa, qb := f.q, cltest.SecondQueue(t, f.q, 0)
 			k := cltest.SlowReadKernel(t, qb)
 			n, iters := 64, cltest.Size(qa, 100, 1000000)
-			ones := make([]int32, n)
-			for i := range ones {
-				ones[i] = 1
-			}
+			ones := allOnes(n)
 			out, err := qa.Context().CreateBuffer(cl.MemReadWrite, int64(4*n))
 			require.NoError(t, err)
 			defer out.Release()
