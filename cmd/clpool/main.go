@@ -5,7 +5,8 @@
 // replays an allocation trace (the format of testdata/cg.tsv) through
 // allocators and pools and reports the time per event, median of several
 // warm runs, with the pool's hits, misses and peaks. The device is the one
-// CLPOOL_DEVICE names.
+// CLPOOL_DEVICE names. It checks its flags and reads the whole trace before
+// it runs anything, and names the file and line of a bad event.
 package main
 
 import (
@@ -24,7 +25,15 @@ import (
 	"github.com/clpool/clpool/trace"
 )
 
-const usage = `usage: clpool replay [flags] trace.tsv
+const mainUsage = `usage: clpool <command> [arguments]
+
+commands:
+  replay    replay an allocation trace through allocators and pools
+
+Run 'clpool replay -h' for its flags.
+`
+
+const replayUsage = `usage: clpool replay [flags] trace.tsv
 
 Replays an allocation trace through each configuration named by -configs:
   deferred                 raw allocator.Deferred
@@ -37,18 +46,57 @@ and prints ns/event (median of -runs runs after -warmup runs; the pool stays
 warm between runs), the hits, misses and device allocations of the first
 run, and peak managed and live bytes.
 
+The trace is lines of "op id size", an optional "op id size" header first:
+"a 1 4096" allocates 4096 bytes as block 1 and "f 1 4096" frees it (a free's
+size is 0 or the size allocated). Blank lines and # comments are skipped.
+
 flags:
 `
 
 func main() {
-	if len(os.Args) < 2 || os.Args[1] != "replay" {
-		fmt.Fprint(os.Stderr, usage)
-		os.Exit(2)
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run runs the command line args (the program's name left out) and returns
+// the exit status: 0 for success, 1 for a failed command, 2 for a command
+// line that names no known command.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, mainUsage)
+		return 2
 	}
-	if err := replayCmd(os.Args[2:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "clpool replay:", err)
-		os.Exit(1)
+	switch args[0] {
+	case "replay":
+		if err := replayCmd(args[1:], stdout, stderr); err != nil {
+			fmt.Fprintln(stderr, "clpool replay:", err)
+			return 1
+		}
+		return 0
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, mainUsage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "clpool: unknown command %q\n\n%s", args[0], mainUsage)
+		return 2
 	}
+}
+
+// config is one way to serve a trace: a raw allocator, or a pool over one.
+type config struct {
+	deferred   bool // allocator.Deferred; otherwise allocator.Immediate
+	pool       bool // a mempool.Pool over the allocator
+	dropSafety bool // the pool's WithDropSafety
+	arena      bool // the pool's WithArena
+}
+
+// configs are the configurations -configs may name.
+var configs = map[string]config{
+	"deferred":              {deferred: true},
+	"immediate":             {},
+	"pool-deferred":         {deferred: true, pool: true, dropSafety: true},
+	"pool-immediate":        {pool: true, dropSafety: true},
+	"pool-immediate-nodrop": {pool: true},
+	"pool-arena":            {pool: true, dropSafety: true, arena: true},
 }
 
 // result is one configuration's figures.
@@ -62,11 +110,13 @@ type result struct {
 	PeakLive     int64
 }
 
+// replayCmd runs `clpool replay`. It checks every flag and reads the whole
+// trace before it runs anything.
 func replayCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
-	configs := fs.String("configs", "deferred,immediate,pool-deferred,pool-immediate,pool-immediate-nodrop,pool-arena", "comma-separated configurations")
+	fs.Usage = func() { fmt.Fprint(stderr, replayUsage); fs.PrintDefaults() }
+	configList := fs.String("configs", "deferred,immediate,pool-deferred,pool-immediate,pool-immediate-nodrop,pool-arena", "comma-separated configurations")
 	runs := fs.Int("runs", 5, "timed runs per configuration")
 	warmup := fs.Int("warmup", 1, "untimed runs before them")
 	lb := fs.Int("leading-bits", 4, "the pools' leading bits in bin id")
@@ -78,15 +128,12 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errors.New("want one trace file")
 	}
-	if *runs < 1 || *warmup < 0 {
-		return errors.New("-runs must be at least 1 and -warmup at least 0")
-	}
-	f, err := os.Open(fs.Arg(0))
+	names, err := checkFlags(*configList, *runs, *warmup, *lb, *format)
 	if err != nil {
 		return err
 	}
-	events, err := trace.Read(f)
-	f.Close()
+	path := fs.Arg(0)
+	events, err := readTrace(path)
 	if err != nil {
 		return err
 	}
@@ -98,11 +145,11 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	defer q.Release()
 	prog := newProgress(stderr)
-	fmt.Fprintf(stderr, "%s: %d events (%d allocations, peak %d live bytes) on %v\n", fs.Arg(0), len(events), sum.Allocs, sum.PeakLiveBytes, q.Device())
+	fmt.Fprintf(stderr, "%s: %d events (%d allocations, peak %d live bytes) on %v\n", path, len(events), sum.Allocs, sum.PeakLiveBytes, q.Device())
 
 	var results []result
-	for _, name := range strings.Split(*configs, ",") {
-		r, err := runConfig(strings.TrimSpace(name), q, events, sum, *lb, *warmup, *runs, prog)
+	for _, name := range names {
+		r, err := runConfig(name, q, events, sum, *lb, *warmup, *runs, prog)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -113,27 +160,50 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// checkFlags checks replay's flags and returns the configurations named by
+// -configs, in order.
+func checkFlags(configList string, runs, warmup, leadingBits int, format string) ([]string, error) {
+	var names []string
+	for _, name := range strings.Split(configList, ",") {
+		name = strings.TrimSpace(name)
+		if _, ok := configs[name]; !ok {
+			return nil, fmt.Errorf("-configs: unknown configuration %q", name)
+		}
+		names = append(names, name)
+	}
+	switch {
+	case runs < 1:
+		return nil, fmt.Errorf("-runs %d: want at least 1", runs)
+	case warmup < 0:
+		return nil, fmt.Errorf("-warmup %d: want at least 0", warmup)
+	case leadingBits < 0 || leadingBits > mempool.MaxLeadingBits:
+		return nil, fmt.Errorf("-leading-bits %d: want 0 to %d", leadingBits, mempool.MaxLeadingBits)
+	case format != "text" && format != "tsv":
+		return nil, fmt.Errorf("-format %q: want text or tsv", format)
+	}
+	return names, nil
+}
+
+// runConfig replays the events warmup+runs times through the configuration
+// named name, which checkFlags has checked.
 func runConfig(name string, q *cl.CommandQueue, events []trace.Event, sum trace.Summary, lb, warmup, runs int, prog *progress) (result, error) {
+	c := configs[name]
 	r := result{Config: name, PeakLive: sum.PeakLiveBytes}
 	var base allocator.Allocator
 	var err error
-	arena := name == "pool-arena"
-	switch strings.TrimPrefix(strings.TrimSuffix(name, "-nodrop"), "pool-") {
-	case "arena", "immediate":
-		base, err = allocator.NewImmediate(q, cl.MemReadWrite)
-	case "deferred":
+	if c.deferred {
 		base, err = allocator.NewDeferred(q.Context(), cl.MemReadWrite)
-	default:
-		return r, fmt.Errorf("unknown configuration %q", name)
+	} else {
+		base, err = allocator.NewImmediate(q, cl.MemReadWrite)
 	}
 	if err != nil {
 		return r, err
 	}
 	var once func() error
 	var pool *mempool.Pool
-	if strings.HasPrefix(name, "pool-") {
-		opts := []mempool.Option{mempool.WithLeadingBits(lb), mempool.WithDropSafety(!strings.HasSuffix(name, "-nodrop"))}
-		if arena {
+	if c.pool {
+		opts := []mempool.Option{mempool.WithLeadingBits(lb), mempool.WithDropSafety(c.dropSafety)}
+		if c.arena {
 			opts = append(opts, mempool.WithArena())
 		}
 		pool, err = mempool.New(base, opts...)
@@ -144,8 +214,6 @@ func runConfig(name string, q *cl.CommandQueue, events []trace.Event, sum trace.
 		once = func() error {
 			return trace.Replay(events, pool.Allocate, (*mempool.PooledBuffer).Close)
 		}
-	} else if strings.HasSuffix(name, "-nodrop") {
-		return r, fmt.Errorf("unknown configuration %q", name)
 	} else {
 		once = func() error { return trace.Replay(events, base.Allocate, base.Free) }
 		r.Misses, r.DeviceAllocs, r.PeakManaged = int64(sum.Allocs), int64(sum.Allocs), sum.PeakLiveBytes

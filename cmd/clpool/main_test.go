@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/clpool/clpool/trace"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -35,13 +37,121 @@ func TestReplayPrintsEveryConfiguration(t *testing.T) {
 	assert.Contains(t, errs.String(), "run 3/3", "plain progress lines when not on a terminal")
 }
 
-func TestReplayRefusesBadInput(t *testing.T) {
-	var out, errs bytes.Buffer
-	assert.Error(t, replayCmd([]string{}, &out, &errs))
-	assert.Error(t, replayCmd([]string{"no-such-file.tsv"}, &out, &errs))
+func TestRunNamesTheCommand(t *testing.T) {
+	empty := filepath.Join(t.TempDir(), "empty.tsv")
+	require.NoError(t, os.WriteFile(empty, nil, 0o644))
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		wantStatus int
+		wantStderr []string
+	}{
+		{"no command", nil, 2, []string{"usage: clpool <command>", "replay"}},
+		{"unknown command", []string{"x"}, 2, []string{`clpool: unknown command "x"`, "commands:", "replay"}},
+		{"a replay flag as the command", []string{"-runs", "3"}, 2, []string{`clpool: unknown command "-runs"`}},
+		{"help", []string{"help"}, 0, nil},
+		{"a failed replay", []string{"replay", empty}, 1, []string{"clpool replay: ", "empty.tsv: the trace has no events"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errs bytes.Buffer
+			assert.Equal(t, tc.wantStatus, run(tc.args, &out, &errs), errs.String())
+			for _, want := range tc.wantStderr {
+				assert.Contains(t, errs.String(), want)
+			}
+			assert.NotContains(t, out.String()+errs.String(), "Inf")
+		})
+	}
+}
+
+func TestReplayRejectsBadTracesWithFileAndLine(t *testing.T) {
+	longSize := strings.Repeat("9", 70_000) // a line over bufio.Scanner's 64 KiB
+	for _, tc := range []struct {
+		name, text string
+		want       string // after the file's name
+	}{
+		{"empty file", "", ": the trace has no events"},
+		{"only the header", "op\tid\tsize\n", ": the trace has no events"},
+		{"only comments", "# nothing\n\n", ": the trace has no events"},
+		{"missing size", "op\tid\tsize\na\t1\t8\na 2\n", ":3: want three fields"},
+		{"missing size of a free", "a\t1\t8\nf\t1\n", ":2: want three fields"},
+		{"too many fields", "a\t1\t8\t9\n", ":1: want three fields"},
+		{"free with a size not allocated", "op\tid\tsize\na\t1\t8\nf\t1\t99\n", ":3: free of block 1 with size 99, but it was allocated with 8"},
+		{"free of a dead block", "a\t1\t8\nf\t2\t0\n", ":2: free of block 2, which is not live"},
+		{"double allocation", "a\t1\t8\na\t1\t8\n", ":2: block 1 allocated while live"},
+		{"unknown op", "a\t1\t8\nx\t1\t8\n", ":2: unknown op"},
+		{"negative size", "a\t1\t-8\n", ":1: size \"-8\" is not a non-negative integer"},
+		{"bad id", "a\tone\t8\n", ":1: block id \"one\" is not an integer"},
+		{"line over 64 KiB", "a\t1\t8\na\t2\t" + longSize + "\n", ":2: size \"9999"},
+		{"header after line 1", "a\t1\t8\nop\tid\tsize\n", ":2: unknown op"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "t.tsv")
+			require.NoError(t, os.WriteFile(path, []byte(tc.text), 0o644))
+			var out, errs bytes.Buffer
+			err := replayCmd([]string{path}, &out, &errs)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), path+tc.want)
+			assert.Less(t, len(err.Error()), 300, "a long line is cut short in the error")
+			assert.Empty(t, out.String())
+		})
+	}
+}
+
+func TestParseTraceReadsLinesOfAnyLength(t *testing.T) {
+	text := "op\tid\tsize\n# " + strings.Repeat("x", 200_000) + "\na\t1\t8\nf\t1\t8\na\t2\t16" // no final newline
+	events, err := parseTrace(strings.NewReader(text), "t.tsv")
+	require.NoError(t, err)
+	assert.Equal(t, []trace.Event{{Op: trace.Alloc, ID: 1, Size: 8}, {Op: trace.Free, ID: 1}, {Op: trace.Alloc, ID: 2, Size: 16}}, events)
+}
+
+func TestParseTraceAgreesWithTraceReadOnRealTraces(t *testing.T) {
+	for _, name := range []string{"cg.tsv", "mlp.tsv"} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join("..", "..", "testdata", name)
+			f, err := os.Open(path)
+			require.NoError(t, err)
+			defer f.Close()
+			want, err := trace.Read(f)
+			require.NoError(t, err)
+			got, err := readTrace(path)
+			require.NoError(t, err)
+			assert.Equal(t, want, got)
+		})
+	}
+}
+
+func TestReplayChecksEveryFlagBeforeRunning(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "t.tsv")
 	require.NoError(t, os.WriteFile(path, []byte("a\t1\t8\nf\t1\t0\n"), 0o644))
-	assert.ErrorContains(t, replayCmd([]string{"-configs", "nonsense", path}, &out, &errs), "unknown configuration")
-	assert.ErrorContains(t, replayCmd([]string{"-configs", "deferred-nodrop", path}, &out, &errs), "unknown configuration")
-	assert.Error(t, replayCmd([]string{"-runs", "0", path}, &out, &errs))
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "want one trace file"},
+		{[]string{"a.tsv", "b.tsv"}, "want one trace file"},
+		{[]string{"-leading-bits", "99"}, "-leading-bits 99: want 0 to"},
+		{[]string{"-leading-bits", "-1"}, "-leading-bits -1: want 0 to"},
+		{[]string{"-format", "bogus"}, `-format "bogus": want text or tsv`},
+		{[]string{"-configs", "deferred,nonsense"}, `-configs: unknown configuration "nonsense"`},
+		{[]string{"-configs", "deferred-nodrop"}, `-configs: unknown configuration "deferred-nodrop"`},
+		{[]string{"-configs", "immediate,"}, `-configs: unknown configuration ""`},
+		{[]string{"-runs", "0"}, "-runs 0: want at least 1"},
+		{[]string{"-warmup", "-1"}, "-warmup -1: want at least 0"},
+		{[]string{"-no-such-flag"}, "flag provided but not defined"},
+		{[]string{"no-such-file.tsv"}, "no-such-file.tsv"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			args := tc.args
+			if len(args) > 0 && strings.HasPrefix(args[0], "-") {
+				args = append(slices.Clone(args), path)
+			}
+			var out, errs bytes.Buffer
+			err := replayCmd(args, &out, &errs)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Empty(t, out.String())
+			assert.NotContains(t, errs.String(), "events (", "nothing ran: not even the device was opened")
+			assert.NotContains(t, errs.String(), "run 1/")
+		})
+	}
 }
