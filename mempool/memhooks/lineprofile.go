@@ -181,15 +181,18 @@ func (n *node) child(name string) *node {
 	return c
 }
 
-// Print writes the tree of stacks, outermost frame first, to maxDepth
-// levels below _root (0: no limit), as CuPy's LineProfileHook prints it:
+// Print writes the tree of stacks, outermost frame first, as CuPy's
+// LineProfileHook prints it:
 //
 //	_root (4.00MB, 1.50MB)
 //	  main.go:42:main.main (4.00MB, 1.50MB)
 //	    cg.go:63:main.solve[...] (3.50MB, 1.00MB)
 //
 // Each line is file:line:function (used, acquired). Children are in the
-// order they were first seen.
+// order they were first seen. maxDepth counts levels as CuPy's max_depth
+// does, with _root as level 1: 1 prints _root alone, 2 adds the outermost
+// frames (main.main above), 3 the frames they call, and so on; 0 or less
+// prints every level.
 func (lp *LineProfile) Print(w io.Writer, maxDepth int, view View) error {
 	lp.mu.Lock()
 	root := &node{name: "_root", byName: map[string]*node{}}
@@ -211,11 +214,15 @@ func (lp *LineProfile) Print(w io.Writer, maxDepth int, view View) error {
 	return printNode(w, root, 0, maxDepth)
 }
 
+// printNode prints n, indented by its depth (0 for _root), then its
+// children if their level is within maxDepth. Levels count from 1 at
+// _root, as CuPy's do, so the children of a node at depth d are at level
+// d+2.
 func printNode(w io.Writer, n *node, depth, maxDepth int) error {
 	if _, err := fmt.Fprintf(w, "%s%s (%s, %s)\n", strings.Repeat("  ", depth), n.name, humanSize(n.used), humanSize(n.acquired)); err != nil {
 		return err
 	}
-	if maxDepth > 0 && depth >= maxDepth {
+	if childLevel := depth + 2; maxDepth > 0 && childLevel > maxDepth {
 		return nil
 	}
 	for _, c := range n.children {
