@@ -2,6 +2,8 @@ package allocator_test
 
 import (
 	"errors"
+	"fmt"
+	"math"
 	"testing"
 
 	"github.com/clpool/clpool/allocator"
@@ -176,4 +178,107 @@ func TestCountingFindsDoubleAndForeignFrees(t *testing.T) {
 	assert.False(t, foreign.Released(), "a refused free does not release")
 	require.NoError(t, d.Free(foreign))
 	assert.Equal(t, allocator.CountingStats{Allocs: 1, Frees: 1, Failures: 1, BadFrees: 2}, c.Stats())
+}
+
+// sneaky wraps a real allocator and, while it serves one chosen request,
+// makes a second request through the Budget above it: a concurrent
+// allocation, deterministically placed inside the first one's window.
+type sneaky struct {
+	allocator.Allocator
+	at     int64 // the request size that triggers the nested one
+	budget *allocator.Budget
+	nested int64
+	got    *cl.Buffer
+	err    error
+}
+
+func (s *sneaky) Allocate(size int64) (*cl.Buffer, error) {
+	if size == s.at {
+		s.got, s.err = s.budget.Allocate(s.nested)
+	}
+	return s.Allocator.Allocate(size)
+}
+
+// Issue 12, item 4: requests near math.MaxInt64 used to wrap Budget's live
+// count negative, so the budget let them through to the device, and let
+// any request made meanwhile through as well.
+func TestBudgetRequestsNearMaxInt64AreRefused(t *testing.T) {
+	q := cltest.Queue(t)
+	d, err := allocator.NewDeferred(q.Context(), cl.MemReadWrite)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name          string
+		limit, before int64 // the budget, and the bytes live before the request
+		size          int64
+	}{
+		{"limit 1000, 600 live", 1000, 600, math.MaxInt64 - 100},
+		{"limit 1000, 600 live, the largest request", 1000, 600, math.MaxInt64},
+		{"no limit to speak of, 600 live", math.MaxInt64, 600, math.MaxInt64},
+		{"no limit to speak of, 600 live, 600 short of it", math.MaxInt64, 600, math.MaxInt64 - 599},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := &sneaky{Allocator: d, at: c.size, nested: 500}
+			b := allocator.NewBudget(s, c.limit)
+			s.budget = b
+			held, err := b.Allocate(c.before)
+			require.NoError(t, err)
+			defer b.Free(held)
+
+			buf, err := b.Allocate(c.size)
+			assert.Nil(t, s.got, "no request slipped through while the count had wrapped")
+			if s.got != nil {
+				require.NoError(t, b.Free(s.got))
+			}
+			assert.Nil(t, buf)
+			require.ErrorIs(t, err, cl.ErrMemObjectAllocationFailure, "the budget refuses, the device never sees the request")
+			assert.ErrorContains(t, err, fmt.Sprintf("%d bytes would exceed the budget of %d (%d in use)", c.size, c.limit, c.before))
+			assert.Equal(t, c.before, b.Live())
+		})
+	}
+}
+
+// Issue 12, item 2: code that holds a buffer but not its allocator (an
+// array's Close) frees it with allocator.Free, which runs the Free of the
+// allocator that handed it out, so that a Budget gets its bytes back and
+// a Counting counts the free.
+func TestFreeGoesBackThroughTheAllocatorThatAllocated(t *testing.T) {
+	q := cltest.Queue(t)
+	d, err := allocator.NewDeferred(q.Context(), cl.MemReadWrite)
+	require.NoError(t, err)
+	budget := allocator.NewBudget(d, 1000)
+	counting := allocator.NewCounting(budget)
+	outer := allocator.NewBudget(allocator.NewCounting(d), 1000)
+
+	for _, c := range []struct {
+		name string
+		a    allocator.Allocator
+	}{
+		{"Budget", budget},
+		{"Counting over a Budget", counting},
+		{"Budget over a Counting", outer},
+		{"Deferred", d},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for range 3 { // three rounds of 800 bytes fit a budget of 1000 only if each goes back
+				buf, err := c.a.Allocate(800)
+				require.NoError(t, err)
+				require.NoError(t, allocator.Free(buf))
+				assert.True(t, buf.Released())
+			}
+			buf, err := c.a.Allocate(8)
+			require.NoError(t, err)
+			require.NoError(t, allocator.Free(buf))
+			assert.ErrorIs(t, allocator.Free(buf), allocator.ErrFreed, "a second free")
+		})
+	}
+	assert.Zero(t, budget.Live())
+	assert.Zero(t, outer.Live())
+	assert.Equal(t, allocator.CountingStats{Allocs: 4, Frees: 4}, counting.Stats())
+	assert.NoError(t, allocator.Free(nil))
+
+	// A buffer from no allocator of this package is released.
+	raw, err := q.Context().CreateBuffer(cl.MemReadWrite, 16)
+	require.NoError(t, err)
+	require.NoError(t, allocator.Free(raw))
+	assert.True(t, raw.Released())
 }

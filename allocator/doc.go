@@ -17,4 +17,10 @@
 // an error that matches cl.ErrMemObjectAllocationFailure, as a device that
 // ran out of memory would; Counting counts allocations and frees and
 // reports buffers freed twice or never.
+//
+// A buffer goes back through the allocator that handed it out: a Budget's
+// Free gives its bytes back to the budget, a Counting's counts the free.
+// Code that holds a buffer but not its allocator (an array's Close) calls
+// the package function Free, which finds that allocator; releasing the
+// buffer directly would leave a Budget short of its bytes for good.
 package allocator

@@ -26,22 +26,40 @@ func NewBudget(a Allocator, budget int64) *Budget {
 }
 
 // Allocate reserves size bytes of the budget and allocates from the
-// wrapped allocator.
+// wrapped allocator. The check cannot overflow: a request near
+// math.MaxInt64 is refused like any other that does not fit.
 func (b *Budget) Allocate(size int64) (*cl.Buffer, error) {
 	if size <= 0 {
 		return b.inner.Allocate(size)
 	}
-	if n := b.live.Add(size); n > b.budget {
-		b.live.Add(-size)
-		return nil, &cl.CallError{Call: "clCreateBuffer", Status: cl.ErrMemObjectAllocationFailure,
-			Detail: fmt.Sprintf("allocator.Budget: %d bytes would exceed the budget of %d (%d in use)", size, b.budget, n-size)}
+	if err := b.reserve(size); err != nil {
+		return nil, err
 	}
 	buf, err := b.inner.Allocate(size)
 	if err != nil {
 		b.live.Add(-size)
 		return nil, err
 	}
+	own(buf, b)
 	return buf, nil
+}
+
+// reserve adds size (> 0) to the live bytes if they stay within the
+// budget. It compares size with the room left rather than live+size with
+// the budget, a sum that can wrap past math.MaxInt64; and it adds with a
+// compare-and-swap, so that concurrent requests never take the count past
+// the budget, even for a moment.
+func (b *Budget) reserve(size int64) error {
+	for {
+		live := b.live.Load()
+		if room := b.budget - max(live, 0); size > room {
+			return &cl.CallError{Call: "clCreateBuffer", Status: cl.ErrMemObjectAllocationFailure,
+				Detail: fmt.Sprintf("allocator.Budget: %d bytes would exceed the budget of %d (%d in use)", size, b.budget, live)}
+		}
+		if b.live.CompareAndSwap(live, live+size) {
+			return nil
+		}
+	}
 }
 
 // Free frees buf and returns its bytes to the budget.
@@ -52,6 +70,7 @@ func (b *Budget) Free(buf *cl.Buffer) error {
 	if err := b.inner.Free(buf); err != nil {
 		return err
 	}
+	disown(buf)
 	b.live.Add(-buf.Size())
 	return nil
 }
@@ -103,6 +122,7 @@ func (c *Counting) Allocate(size int64) (*cl.Buffer, error) {
 		c.stats.Allocs++
 		c.stats.Live++
 		c.stats.LiveBytes += buf.Size()
+		own(buf, c)
 	}
 	return buf, nil
 }
@@ -119,6 +139,7 @@ func (c *Counting) Free(buf *cl.Buffer) error {
 		return ErrFreed
 	}
 	delete(c.live, buf)
+	disown(buf)
 	c.stats.Frees++
 	c.stats.Live--
 	c.stats.LiveBytes -= buf.Size()
