@@ -69,13 +69,17 @@ func (p *Pool) handOutLocked(pb *PooledBuffer) *PooledBuffer {
 }
 
 // wrap fills in pb, from handOutLocked, to hand out block b for a request
-// of size bytes.
-func (p *Pool) wrap(hooks hookList, pb *PooledBuffer, b *block, size int64, r *qstate) *PooledBuffer {
+// of size bytes. If a malloc_after hook panics, the block goes back to the
+// pool and the request fails with the panic.
+func (p *Pool) wrap(hooks hookList, pb *PooledBuffer, b *block, size int64, r *qstate) (*PooledBuffer, error) {
 	*pb = PooledBuffer{pool: p, blk: b, size: size, q: r}
 	if hooks != nil {
-		p.emit(hooks, pb.event(MallocAfter, b))
+		if err := p.emit(hooks, pb.event(MallocAfter, b)); err != nil {
+			_ = p.putBack(pb, false)
+			return nil, err
+		}
 	}
-	return pb
+	return pb, nil
 }
 
 // ID returns the buffer's block id, as hooks see it: unique among the

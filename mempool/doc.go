@@ -89,9 +89,24 @@
 // collector, so that dropped buffers come back, then frees held blocks one
 // at a time, largest bin first, retrying after each. If nothing is left to
 // free, Allocate returns an *OutOfMemoryError that wraps the allocator's
-// error and matches ErrOutOfMemory. WithLimit caps the pool's managed bytes
-// the same way, before the device is asked. Other allocator errors return
-// at once.
+// error and matches ErrOutOfMemory. Other allocator errors return at once.
+// A request larger than the device's largest buffer (MaxMemAllocSize) fails
+// at once, freeing nothing, with an *OutOfMemoryError that names that size
+// and also matches cl.ErrInvalidBufferSize: code written for torch or CuPy
+// expects their out-of-memory error there.
+//
+// # Limits
+//
+// A limit caps the pool's managed bytes, checked before the device is asked:
+// a request that would pass it makes the pool free held segments first, as
+// above. A request that could not fit even in an empty pool fails at once
+// and keeps what the pool holds. The limit comes from WithLimit (bytes),
+// WithLimitFraction (of the device's global memory, as torch's
+// set_per_process_memory_fraction), or, when neither is given, the
+// environment variable CLPOOL_MEMORY_LIMIT ("1073741824", "2GiB", "50%"), as
+// CUPY_GPU_MEMORY_LIMIT does for CuPy. SetLimit changes it at run time and
+// Limit reads it; lowering it below what the pool manages frees held
+// segments, largest first, until the pool is within it.
 //
 // # Counters and statistics
 //
@@ -132,5 +147,15 @@
 //
 // A second Close returns ErrClosed and changes nothing. After Close, Buffer
 // returns nil: the block may belong to someone else already. A PooledBuffer
-// must stay reachable while commands that use its buffer run.
+// must stay reachable while commands that use its buffer run. Bad input (a
+// negative size, a bad limit) is an error that changes nothing.
+//
+// A hook or an allocator that panics does not break the pool: it recovers
+// the panic, finishes what it was doing so that every count stays right and
+// every device buffer is freed exactly once, and returns a *PanicError
+// (matching ErrPanicked) from the method that called it. An Allocate whose
+// hook panicked fails, and its block goes back to the pool; a Close whose
+// hook panicked still gives the block back; a FreeHeld whose allocator's
+// Free panicked still frees the other segments. FreeHeld, StopHolding and
+// Close return the allocator's errors, joined.
 package mempool

@@ -3,6 +3,7 @@ package mempool
 import (
 	"errors"
 	"fmt"
+	"runtime/debug"
 )
 
 // Sentinel errors. Match them with errors.Is.
@@ -15,7 +16,52 @@ var (
 	ErrClosed = errors.New("mempool: buffer already closed")
 	// ErrPoolClosed is returned by Allocate on a closed Pool.
 	ErrPoolClosed = errors.New("mempool: pool is closed")
+	// ErrPanicked matches every *PanicError: a hook or the allocator
+	// panicked, and the pool recovered.
+	ErrPanicked = errors.New("mempool: a callback panicked")
 )
+
+// PanicError is a panic of a hook or of the pool's allocator, recovered by
+// the pool. The pool finishes what it was doing first (a block taken for
+// the request goes back, a block given back stays given back, a
+// reservation is taken back), so that its accounts stay consistent and
+// nothing is lost, then returns a PanicError from the method that called
+// the hook or the allocator. It matches ErrPanicked, and unwraps to the
+// panic's value when that is an error.
+type PanicError struct {
+	Site  string // what panicked: "malloc_after hook", "allocator's Free", ...
+	Value any    // what it panicked with
+	Stack []byte // the stack of the panic
+}
+
+// Error names the site and the panic's value.
+func (e *PanicError) Error() string { return fmt.Sprintf("mempool: %s panicked: %v", e.Site, e.Value) }
+
+// Is reports whether target is ErrPanicked.
+func (e *PanicError) Is(target error) bool { return target == ErrPanicked }
+
+// Unwrap returns the panic's value if it is an error.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
+// recovered turns a recovered panic value into a *PanicError at site; nil
+// stays nil. Call it as recovered(recover(), site) in a deferred function.
+func recovered(v any, site string) error {
+	if v == nil {
+		return nil
+	}
+	return &PanicError{Site: site, Value: v, Stack: debug.Stack()}
+}
+
+// plural returns "1 block", "2 blocks".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
 
 // OutOfMemoryError is the error of a request the pool could not serve: what
 // was asked, and where the memory is. It matches ErrOutOfMemory, and unwraps
@@ -31,6 +77,11 @@ type OutOfMemoryError struct {
 	Limit        int64 // the pool's limit; 0 if none
 	DeviceTotal  int64 // the device's global memory; 0 if the pool does not know its device
 
+	// The device's largest buffer (CL_DEVICE_MAX_MEM_ALLOC_SIZE) when the
+	// request is larger than it: no amount of freeing can serve it. 0
+	// otherwise.
+	DeviceMaxAlloc int64
+
 	// The largest bin still holding a block (after the pool freed what it
 	// could, a block only a concurrent Close brought back), and its size.
 	LargestHeldBin  uint32
@@ -41,8 +92,12 @@ type OutOfMemoryError struct {
 
 // Error says what was asked, what is active and what is held.
 func (e *OutOfMemoryError) Error() string {
-	s := fmt.Sprintf("mempool: out of memory: requested %d bytes (allocating %d); %d blocks active holding %d bytes requested, %d blocks held (%d bytes), %d bytes managed",
-		e.Requested, e.AllocSize, e.ActiveBlocks, e.ActiveBytes, e.HeldBlocks, e.HeldBytes, e.ManagedBytes)
+	if e.DeviceMaxAlloc > 0 {
+		return fmt.Sprintf("mempool: out of memory: requested %d bytes, more than the device's largest buffer (%d bytes): %v",
+			e.Requested, e.DeviceMaxAlloc, e.Err)
+	}
+	s := fmt.Sprintf("mempool: out of memory: requested %d bytes (allocating %d); %s active holding %d bytes requested, %s held (%d bytes), %d bytes managed",
+		e.Requested, e.AllocSize, plural(e.ActiveBlocks, "block"), e.ActiveBytes, plural(e.HeldBlocks, "block"), e.HeldBytes, e.ManagedBytes)
 	if e.LargestHeldSize > 0 {
 		s += fmt.Sprintf(" (largest held: bin %d, %d bytes)", e.LargestHeldBin, e.LargestHeldSize)
 	}

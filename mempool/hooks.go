@@ -1,6 +1,8 @@
 package mempool
 
 import (
+	"errors"
+
 	"github.com/clpool/clpool/cl"
 )
 
@@ -46,7 +48,10 @@ type Event struct {
 // Hook is told of a pool's events. A pool calls its hooks on the goroutine
 // that allocates or frees, synchronously, outside the pool's lock: a hook
 // must be safe for concurrent use and quick, and may call the pool's
-// read-only methods (Stats), but not Allocate.
+// read-only methods (Stats), but not Allocate. A hook that panics makes the
+// pool's method return a *PanicError (ErrPanicked) once the pool has put
+// its accounts in order: an Allocate fails and its block goes back to the
+// pool; a Close still gives its block back.
 //
 // CuPy installs hooks per thread, for the span of a with block. Go has no
 // goroutine-local state, and a pool is usually shared by goroutines, so a
@@ -101,17 +106,37 @@ type hookEntry struct{ h Hook }
 // hookList is what the hot path loads: nil when no hook is registered.
 type hookList = *[]*hookEntry
 
-func (p *Pool) emit(hooks hookList, e Event) {
+// emit tells every hook of e. A hook that panics does not stop the others:
+// emit returns the first panic as a *PanicError, for the caller to return
+// once the pool's accounts are in order again.
+func (p *Pool) emit(hooks hookList, e Event) (err error) {
 	e.Device = p.device
 	for _, entry := range *hooks {
-		entry.h.Handle(e)
+		if perr := callHook(entry.h, e); err == nil {
+			err = perr
+		}
 	}
+	return err
 }
 
-// mallocFailed tells the hooks of a failed Allocate and returns its error.
+// callHook calls h, recovering a panic into a *PanicError.
+func callHook(h Hook, e Event) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = recovered(v, e.Kind.String()+" hook")
+		}
+	}()
+	h.Handle(e)
+	return nil
+}
+
+// mallocFailed tells the hooks of a failed Allocate and returns its error
+// (joined with a hook's panic, if one panicked).
 func (p *Pool) mallocFailed(hooks hookList, size int64, err error) error {
 	if hooks != nil {
-		p.emit(hooks, Event{Kind: MallocAfter, Size: size, AllocSize: p.blockSize(size), Err: err})
+		if herr := p.emit(hooks, Event{Kind: MallocAfter, Size: size, AllocSize: p.blockSize(size), Err: err}); herr != nil {
+			return errors.Join(err, herr)
+		}
 	}
 	return err
 }

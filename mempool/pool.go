@@ -25,10 +25,12 @@ type Pool struct {
 	device      *cl.Device // for hooks and errors; nil if the allocator does not say
 	maxAlloc    int64      // the device's largest buffer; 0 if unknown
 	leadingBits int
-	arena       bool  // WithArena
-	maxSplit    int64 // WithMaxSplitSize; 0: none
-	align       int64 // the arena's block alignment
-	limit       int64 // 0: no limit
+	arena       bool    // WithArena
+	maxSplit    int64   // WithMaxSplitSize; 0: none
+	align       int64   // the arena's block alignment
+	limitFrac   float64 // WithLimitFraction's, if byFrac
+	byFrac      bool    // the last limit option was WithLimitFraction
+	limitSet    bool    // WithLimit or WithLimitFraction was given
 	dropSafety  bool
 	hooks       atomic.Pointer[[]*hookEntry] // nil when none: the hot path checks only that
 	hooksMu     sync.Mutex                   // serializes AddHook and its remove
@@ -41,6 +43,7 @@ type Pool struct {
 	slab    []PooledBuffer // handed out one by one without drop safety (see handOutLocked)
 	holding bool           // false after StopHolding: given-back blocks are freed
 	closed  bool
+	limit   int64 // 0: no limit
 	l       ledger
 }
 
@@ -55,8 +58,13 @@ func WithLeadingBits(n int) Option { return func(p *Pool) { p.leadingBits = n } 
 
 // WithLimit caps the pool's managed bytes (active plus held, as CuPy counts
 // them). A request that would pass the cap makes the pool free held memory
-// first; if that is not enough, it fails with ErrOutOfMemory.
-func WithLimit(bytes int64) Option { return func(p *Pool) { p.limit = bytes } }
+// first; if that is not enough, it fails with ErrOutOfMemory. A request
+// that could not fit even in an empty pool fails at once, keeping what the
+// pool holds. 0 means no limit. Without WithLimit or WithLimitFraction, the
+// limit comes from the environment (LimitEnv); SetLimit changes it later.
+func WithLimit(bytes int64) Option {
+	return func(p *Pool) { p.limit, p.byFrac, p.limitSet = bytes, false, true }
+}
 
 // WithArena makes the pool a splitting arena instead of exact bins: it
 // allocates segments (2 MiB for requests up to 1 MiB; larger ones growing
@@ -104,6 +112,9 @@ func New(a allocator.Allocator, opts ...Option) (*Pool, error) {
 	if p.device != nil {
 		p.maxAlloc = p.device.MaxMemAllocSize
 	}
+	if err := p.resolveLimit(); err != nil {
+		return nil, err
+	}
 	p.align = arenaAlignment(p.device)
 	p.pol = p.newPlacement()
 	p.l.s = Stats{Policy: "bins", LeadingBits: p.leadingBits, MaxSplitSize: p.maxSplit, Limit: p.limit, Holding: true}
@@ -138,12 +149,14 @@ func (p *Pool) Allocate(size int64) (*PooledBuffer, error) { return p.allocate(s
 
 // allocate serves a request of size bytes on queue r (nil: none).
 func (p *Pool) allocate(size int64, r *qstate) (*PooledBuffer, error) {
-	if size < 0 {
-		return nil, fmt.Errorf("mempool: Allocate(%d): negative size: %w", size, cl.ErrInvalidBufferSize)
+	if err := p.checkSize(size); err != nil {
+		return nil, err
 	}
 	hooks := p.hooks.Load()
 	if hooks != nil {
-		p.emit(hooks, Event{Kind: MallocBefore, Size: size, AllocSize: p.blockSize(size)})
+		if err := p.emit(hooks, Event{Kind: MallocBefore, Size: size, AllocSize: p.blockSize(size)}); err != nil {
+			return nil, p.mallocFailed(hooks, size, err)
+		}
 	}
 	pb := p.newPooledBuffer()
 	p.mu.Lock()
@@ -157,7 +170,7 @@ func (p *Pool) allocate(size int64, r *qstate) (*PooledBuffer, error) {
 		if err != nil {
 			return nil, p.mallocFailed(hooks, size, err)
 		}
-		return p.wrap(hooks, pb, b, size, r), nil
+		return p.wrap(hooks, pb, b, size, r)
 	}
 	p.l.miss()
 	p.l.request(r, false)
@@ -170,8 +183,30 @@ func (p *Pool) allocate(size int64, r *qstate) (*PooledBuffer, error) {
 	if err != nil {
 		return nil, p.mallocFailed(hooks, size, err)
 	}
-	return p.wrap(hooks, pb, b, size, r), nil
+	return p.wrap(hooks, pb, b, size, r)
 }
+
+// checkSize refuses, before anything changes, a size no block can have:
+// a negative one, and one larger than the device's largest buffer (or,
+// where the pool does not know its device, one whose block size would
+// overflow), which no amount of freeing could serve. The latter is an
+// *OutOfMemoryError, as torch and CuPy raise theirs there.
+func (p *Pool) checkSize(size int64) error {
+	switch {
+	case size < 0:
+		return fmt.Errorf("mempool: Allocate(%d): negative size: %w", size, cl.ErrInvalidBufferSize)
+	case p.maxAlloc > 0 && size > p.maxAlloc:
+		return &OutOfMemoryError{Requested: size, AllocSize: size, DeviceMaxAlloc: p.maxAlloc,
+			DeviceTotal: p.device.GlobalMemSize, Limit: p.Limit(), Err: cl.ErrInvalidBufferSize}
+	case size > maxRequest:
+		return fmt.Errorf("mempool: Allocate(%d): larger than any block can be (%d bytes): %w", size, int64(maxRequest), cl.ErrInvalidBufferSize)
+	}
+	return nil
+}
+
+// maxRequest is the largest size the pool serves when it does not know
+// its device: any block size a policy rounds it to still fits an int64.
+const maxRequest = 1 << 60
 
 // hitUnlock hands out b, a held block taken for a request of size bytes
 // on queue r: it counts the hit, readies pb (from newPooledBuffer),
@@ -204,7 +239,7 @@ func (p *Pool) handOver(uses []policy.Use, r *qstate, pb *PooledBuffer, b *block
 	}
 	*pb = PooledBuffer{pool: p, blk: b, size: size}
 	b.Uses = append(b.Uses[:0], uses...)
-	_ = p.put(pb, true)
+	_ = p.putBack(pb, true)
 	return err
 }
 
@@ -247,12 +282,16 @@ func (p *Pool) allocateBlock(hooks hookList, size int64, pb *PooledBuffer, r *qs
 	}
 	collected := false
 	for {
+		var hookErr error
 		if hooks != nil {
-			p.emit(hooks, Event{Kind: AllocBefore, Size: seg.Size, AllocSize: seg.Size})
+			if hookErr = p.emit(hooks, Event{Kind: AllocBefore, Size: seg.Size, AllocSize: seg.Size}); hookErr != nil {
+				p.unreserve(seg)
+				return nil, nil, hookErr
+			}
 		}
-		buf, err := p.alloc.Allocate(seg.Size)
+		buf, err := p.allocateSegment(seg.Size)
 		if hooks != nil {
-			p.emit(hooks, Event{Kind: AllocAfter, Size: seg.Size, AllocSize: seg.Size, Buffer: buf, Err: err})
+			hookErr = p.emit(hooks, Event{Kind: AllocAfter, Size: seg.Size, AllocSize: seg.Size, Buffer: buf, Err: err})
 		}
 		if err == nil {
 			seg.Data = buf
@@ -263,9 +302,22 @@ func (p *Pool) allocateBlock(hooks hookList, size int64, pb *PooledBuffer, r *qs
 			p.l.sync(p.pol.Counts())
 			pb = p.handOutLocked(pb)
 			p.mu.Unlock()
+			if hookErr != nil {
+				// The segment stays, held; the request fails.
+				*pb = PooledBuffer{pool: p, blk: b, size: size, q: r}
+				_ = p.putBack(pb, false)
+				return nil, nil, hookErr
+			}
 			return b, pb, nil
 		}
-		if !isOutOfMemory(err) {
+		switch {
+		case hookErr != nil:
+			p.unreserve(seg)
+			return nil, nil, errors.Join(err, hookErr)
+		case errors.Is(err, ErrPanicked):
+			p.unreserve(seg)
+			return nil, nil, err
+		case !isOutOfMemory(err):
 			p.unreserve(seg)
 			return nil, nil, fmt.Errorf("mempool: allocating %d bytes for a %d-byte request: %w", seg.Size, size, err)
 		}
@@ -306,19 +358,50 @@ func (p *Pool) allocateBlock(hooks hookList, size int64, pb *PooledBuffer, r *qs
 	}
 }
 
+// allocateSegment asks the allocator for n bytes, recovering a panic into
+// a *PanicError.
+func (p *Pool) allocateSegment(n int64) (buf *cl.Buffer, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			buf, err = nil, recovered(v, "allocator's Allocate")
+		}
+	}()
+	return p.alloc.Allocate(n)
+}
+
+// freeSegment gives buf back to the allocator, recovering a panic into a
+// *PanicError.
+func (p *Pool) freeSegment(buf *cl.Buffer) (err error) {
+	defer func() {
+		if err == nil {
+			err = recovered(recover(), "allocator's Free")
+		}
+	}()
+	return p.alloc.Free(buf)
+}
+
 // reserve counts seg's bytes as managed before they are allocated, so that
 // concurrent misses cannot pass the limit together. Over the limit, it
 // frees wholly free segments, largest first, then collects dropped buffers
 // once, before it gives up. A request that could not fit the limit even
-// with nothing else in the pool fails at once and frees nothing.
+// with nothing else in the pool fails at once and frees nothing; so does
+// a segment the policy would make larger than the limit, shrunk first to
+// the smallest the policy offers.
 func (p *Pool) reserve(size int64, seg *segment) error {
-	if p.limit > 0 && seg.Size > p.limit {
-		return p.outOfMemory(size, seg.Size, nil)
+	p.mu.Lock()
+	for p.limit > 0 && seg.Size > p.limit {
+		smaller := p.pol.Smaller(size, seg.Size)
+		if smaller == 0 {
+			p.mu.Unlock()
+			return p.outOfMemory(size, seg.Size, nil)
+		}
+		seg.Size = smaller
 	}
+	p.mu.Unlock()
 	collected := false
 	for {
 		p.mu.Lock()
-		if p.limit == 0 || p.l.reserved()+seg.Size <= p.limit {
+		if p.limit == 0 || seg.Size <= p.limit-p.l.reserved() {
 			p.l.reserve(seg)
 			p.mu.Unlock()
 			return nil
@@ -381,10 +464,18 @@ func (p *Pool) outOfMemory(size, n int64, cause error) error {
 //
 // The block records the queues whose commands may still use it: pb's own
 // and those of RecordQueue, each with its count of markers now (see
-// queue.go). A block whose handover failed (undo) keeps the uses it had
-// and is not counted as a request given back by a hook.
-func (p *Pool) put(pb *PooledBuffer, undo ...bool) error {
-	hooks := p.hooks.Load()
+// queue.go). A hook that panics does not stop the block from going back:
+// put returns the panic, joined with the allocator's error if any.
+func (p *Pool) put(pb *PooledBuffer) error { return p.give(pb, p.hooks.Load(), true) }
+
+// putBack takes back a block that was never handed out after all (a
+// failed handover, a hook that panicked): no hook is told. With keepUses,
+// the block keeps the uses it has; otherwise it records pb's queue's, as
+// put does.
+func (p *Pool) putBack(pb *PooledBuffer, keepUses bool) error { return p.give(pb, nil, !keepUses) }
+
+// give is put, with the hooks to tell and whether to record pb's uses.
+func (p *Pool) give(pb *PooledBuffer, hooks hookList, record bool) error {
 	p.mu.Lock()
 	size := pb.size
 	if size < 0 {
@@ -396,14 +487,13 @@ func (p *Pool) put(pb *PooledBuffer, undo ...bool) error {
 	if p.dropSafety {
 		runtime.SetFinalizer(pb, nil) // under p.mu: see handOutLocked
 	}
-	if len(undo) == 0 {
+	if record {
 		p.recordUsesLocked(b, pb.q)
-	} else {
-		hooks = nil
 	}
+	var hookErr error
 	if hooks != nil {
 		p.mu.Unlock()
-		p.emit(hooks, pb.event(FreeBefore, b))
+		hookErr = p.emit(hooks, pb.event(FreeBefore, b))
 		p.mu.Lock()
 	}
 	p.l.deactivate(b, size)
@@ -430,9 +520,11 @@ func (p *Pool) put(pb *PooledBuffer, undo ...bool) error {
 	if hooks != nil {
 		e := pb.event(FreeAfter, b)
 		e.Err = err
-		p.emit(hooks, e)
+		if herr := p.emit(hooks, e); hookErr == nil {
+			hookErr = herr
+		}
 	}
-	return err
+	return errors.Join(err, hookErr)
 }
 
 // forgetLocked takes segments the policy gave up (nil ones are skipped)
@@ -465,14 +557,15 @@ func (p *Pool) freeLargestHeld() bool {
 
 // freeSegments releases the sub-buffers of stale blocks, then gives the
 // segments, already out of the pool's accounts, back to the allocator. It
-// returns the allocator's errors, joined.
+// returns the allocator's errors, joined: one that fails (or panics) does
+// not keep the others from being freed.
 func (p *Pool) freeSegments(segs []*segment, stale []*cl.Buffer) error {
 	for _, sub := range stale {
 		_ = sub.Release() // a sub-buffer of ours: its release can fail only if its context is gone
 	}
 	var errs []error
 	for _, s := range segs {
-		err := p.alloc.Free(s.Data)
+		err := p.freeSegment(s.Data)
 		p.mu.Lock()
 		p.l.deviceFreed(err)
 		p.mu.Unlock()
@@ -485,42 +578,56 @@ func (p *Pool) freeSegments(segs []*segment, stale []*cl.Buffer) error {
 
 // FreeHeld frees every wholly free segment: with exact bins, every held
 // block. An arena's free blocks that share a segment with active blocks
-// stay, as they are part of memory in use.
-func (p *Pool) FreeHeld() {
+// stay, as they are part of memory in use. It returns the allocator's
+// errors, joined; every segment is out of the pool either way.
+func (p *Pool) FreeHeld() error {
+	return p.freeHeldWhile(func() bool { return true })
+}
+
+// freeHeldWhile frees wholly free segments, largest first, while more()
+// says so (it is called under p.mu).
+func (p *Pool) freeHeldWhile(more func() bool) error {
 	p.mu.Lock()
 	var segs []*segment
-	for s := p.pol.TakeLargest(); s != nil; s = p.pol.TakeLargest() {
+	for more() {
+		s := p.pol.TakeLargest()
+		if s == nil {
+			break
+		}
 		segs = append(segs, s)
+		p.l.segmentRemoved(s)
 	}
-	stale := p.forgetLocked(segs...)
+	stale := p.forgetLocked()
 	p.mu.Unlock()
-	p.freeSegments(segs, stale)
+	return p.freeSegments(segs, stale)
 }
 
 // StopHolding frees every held segment, and from now on frees segments as
 // they become wholly free instead of holding them. It cannot be undone;
-// Allocate still works.
-func (p *Pool) StopHolding() {
+// Allocate still works. It returns FreeHeld's error.
+func (p *Pool) StopHolding() error {
 	p.mu.Lock()
 	p.holding = false
 	p.l.setHolding(false)
 	p.mu.Unlock()
-	p.FreeHeld()
+	return p.FreeHeld()
 }
 
 // Close stops holding, frees every held block and refuses further
 // Allocates with ErrPoolClosed. Buffers still active stay valid; each is
-// freed when closed (or collected). Close is idempotent.
+// freed when closed (or collected). It returns the errors of freeing what
+// it held and of releasing its queues' events, joined. Close is
+// idempotent: a second Close frees nothing more and returns nil.
 func (p *Pool) Close() error {
 	p.mu.Lock()
 	p.closed = true
 	queues := p.queues
 	p.mu.Unlock()
-	p.StopHolding()
+	errs := []error{p.StopHolding()}
 	for _, qs := range queues {
-		_ = qs.release()
+		errs = append(errs, qs.release())
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Stats returns a snapshot of the pool's counters.

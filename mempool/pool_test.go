@@ -2,6 +2,7 @@ package mempool_test
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -139,12 +140,25 @@ func TestNegativeSizeChangesNothing(t *testing.T) {
 	assert.Equal(t, before, f.pool.Stats())
 }
 
+// A request over the device's largest buffer can never succeed: it fails
+// at once, freeing nothing, with an error that matches ErrOutOfMemory (as
+// torch and CuPy raise theirs there) and names the device's largest buffer.
 func TestSizeOverTheDeviceLimitIsReturnedAtOnce(t *testing.T) {
 	f := newFixture(t, nil)
-	b, err := f.pool.Allocate(f.q.Device().MaxMemAllocSize + 1)
+	held, err := f.pool.Allocate(100)
+	require.NoError(t, err)
+	require.NoError(t, held.Close())
+	largest := f.q.Device().MaxMemAllocSize
+	b, err := f.pool.Allocate(largest + 1)
 	assert.Nil(t, b)
 	require.ErrorIs(t, err, cl.ErrInvalidBufferSize)
-	assert.NotErrorIs(t, err, mempool.ErrOutOfMemory)
+	require.ErrorIs(t, err, mempool.ErrOutOfMemory)
+	var oom *mempool.OutOfMemoryError
+	require.ErrorAs(t, err, &oom)
+	assert.Equal(t, largest, oom.DeviceMaxAlloc)
+	assert.Contains(t, err.Error(), fmt.Sprintf("largest buffer (%d bytes)", largest))
+	assert.Equal(t, 1, f.pool.HeldBlocks(), "nothing freed for a hopeless request")
+	require.NoError(t, f.pool.FreeHeld())
 	s := f.pool.Stats()
 	assert.Equal(t, counters{}, countersOf(s))
 	assert.Zero(t, s.OOMRetries)
@@ -396,7 +410,7 @@ func TestOutOfMemoryWhenNothingIsLeftToFree(t *testing.T) {
 	assert.Equal(t, int64(800), oom.ActiveBytes)
 	assert.Zero(t, oom.HeldBlocks)
 	assert.Contains(t, err.Error(), "requested 700 bytes")
-	assert.Contains(t, err.Error(), "1 blocks active holding 800 bytes requested")
+	assert.Contains(t, err.Error(), "1 block active holding 800 bytes requested")
 	assert.Contains(t, err.Error(), "0 blocks held")
 
 	assert.Equal(t, before, countersOf(f.pool.Stats()), "a refusal changes no counter")
