@@ -119,6 +119,11 @@
 // ResetAccumulated reset them as torch's functions do. HeldBlocks,
 // ActiveBlocks, ManagedBytes, ActiveBytes and HeldBytes read single counters.
 //
+// Snapshot returns the segments and blocks themselves: each block's offset,
+// size, requested size, state (active, held, or torch's inactive split),
+// queue, and call site where a hook knows it; with a memhooks.History hook,
+// the last events too. It marshals to the JSON that `clpool viz` draws.
+//
 // # Hooks
 //
 // AddHook registers a Hook, which is told of six events: a device

@@ -240,3 +240,61 @@ func ExamplePool_On() {
 	// device allocations: 1
 	// handovers to q2: 1
 }
+
+// A snapshot shows the pool's segments and what each block is.
+func ExamplePool_Snapshot() {
+	pool, err := mempool.New(noDevice{}, mempool.WithArena())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	a, _ := pool.Allocate(1000)
+	b, _ := pool.Allocate(3000)
+	a.Close()
+	defer b.Close()
+
+	for _, seg := range pool.Snapshot().Segments {
+		fmt.Printf("segment %d: %d bytes\n", seg.ID, seg.Size)
+		for _, blk := range seg.Blocks {
+			fmt.Printf("  at %7d: %7d bytes %s\n", blk.Offset, blk.Size, blk.State)
+		}
+	}
+	// Output:
+	// segment 1: 2097152 bytes
+	//   at       0:    4096 bytes inactive_split
+	//   at    4096:    4096 bytes active
+	//   at    8192: 2088960 bytes inactive_split
+}
+
+// SetLimit changes the limit at run time; lowering it frees held memory.
+func ExamplePool_SetLimit() {
+	pool, err := mempool.New(noDevice{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	for _, n := range []int64{1000, 100000} {
+		b, _ := pool.Allocate(n)
+		b.Close()
+	}
+	fmt.Println("managed:", pool.ManagedBytes())
+	if err := pool.SetLimit(50000); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Println("limit:", pool.Limit(), "managed:", pool.ManagedBytes())
+	_, err = pool.Allocate(60000)
+	fmt.Println(errors.Is(err, mempool.ErrOutOfMemory))
+	// Output:
+	// managed: 103422
+	// limit: 50000 managed: 1023
+	// true
+}
+
+// noDevice hands out no memory at all: a pool over it can be looked at
+// without a device.
+type noDevice struct{}
+
+func (noDevice) Allocate(int64) (*cl.Buffer, error) { return nil, nil }
+func (noDevice) Free(*cl.Buffer) error              { return nil }

@@ -64,13 +64,6 @@ func countersOf(s mempool.Stats) counters {
 	return counters{s.ActiveBlocks, s.HeldBlocks, s.ManagedBytes, s.ActiveBytes, s.HeldBytes}
 }
 
-// nothingAllocator hands out no device memory: every allocation is a nil
-// buffer. It lets a test ask for sizes no device has, as PyOpenCL's
-// test_mempool_32bit_issues does.
-type nothingAllocator struct{}
-
-func (nothingAllocator) Allocate(int64) (*cl.Buffer, error) { return nil, nil }
-func (nothingAllocator) Free(*cl.Buffer) error              { return nil }
 
 // injector fails the next allocations with the errors queued in it, then
 // passes through to the wrapped allocator.

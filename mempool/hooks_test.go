@@ -112,7 +112,7 @@ func TestHookEventOrder(t *testing.T) {
 }
 
 func TestHooksRunInOrderAndRemoveIndependently(t *testing.T) {
-	p, err := mempool.New(nothingAllocator{})
+	p, err := mempool.New(noDevice{})
 	require.NoError(t, err)
 	var got []string
 	say := func(s string) mempool.Hook {
@@ -143,7 +143,7 @@ func TestHooksRunInOrderAndRemoveIndependently(t *testing.T) {
 }
 
 func TestStatsAgainstAHandComputedSequence(t *testing.T) {
-	p, err := mempool.New(nothingAllocator{})
+	p, err := mempool.New(noDevice{})
 	require.NoError(t, err)
 	small := mempool.AllocSize(mempool.BinNumber(100, 4), 4)
 	large := mempool.AllocSize(mempool.BinNumber(2<<20, 4), 4)

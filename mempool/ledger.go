@@ -8,6 +8,9 @@ type ledger struct {
 	s          Stats
 	split      [2]int   // the policy's inactive splits, small and large, as last synced
 	splitBytes [2]int64 // and their bytes
+
+	segs    map[*segment]int64 // every segment the pool owns, with its ID (for Snapshot)
+	lastSeg int64              // the last ID given
 }
 
 // hit counts a request served by a free block, now active.
@@ -85,6 +88,11 @@ func (l *ledger) reserved() int64 { return l.s.ReservedBytes.current() }
 
 // segmentAdded counts a device allocation, already reserved.
 func (l *ledger) segmentAdded(seg *segment) {
+	if l.segs == nil {
+		l.segs = map[*segment]int64{}
+	}
+	l.lastSeg++
+	l.segs[seg] = l.lastSeg
 	l.s.DeviceAllocs++
 	l.s.Segment.add(!seg.Small, 1)
 	if seg.Oversize {
@@ -94,6 +102,7 @@ func (l *ledger) segmentAdded(seg *segment) {
 
 // segmentRemoved counts a segment leaving the pool, to be freed.
 func (l *ledger) segmentRemoved(seg *segment) {
+	delete(l.segs, seg)
 	l.s.Segment.sub(!seg.Small, 1)
 	l.unreserve(seg)
 	if seg.Oversize {

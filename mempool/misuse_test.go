@@ -199,7 +199,7 @@ func TestFreeErrorsAreReturned(t *testing.T) {
 // Requests that no block could ever serve fail at once, change nothing,
 // and do not overflow the accounts.
 func TestHopelessRequestsFailAtOnce(t *testing.T) {
-	p, err := mempool.New(nothingAllocator{}, mempool.WithLimit(1<<40))
+	p, err := mempool.New(noDevice{}, mempool.WithLimit(1<<40))
 	require.NoError(t, err)
 	held, err := p.Allocate(1000)
 	require.NoError(t, err)
@@ -318,7 +318,7 @@ func TestWithLimitFraction(t *testing.T) {
 		_, err := mempool.New(imm, mempool.WithLimitFraction(bad))
 		assert.ErrorContains(t, err, "limit fraction", "%v", bad)
 	}
-	_, err = mempool.New(nothingAllocator{}, mempool.WithLimitFraction(0.5))
+	_, err = mempool.New(noDevice{}, mempool.WithLimitFraction(0.5))
 	assert.ErrorContains(t, err, "does not say its device")
 
 	// The last of WithLimit and WithLimitFraction wins.

@@ -216,6 +216,7 @@ func (p *Pool) hitUnlock(b *block, size int64, pb *PooledBuffer, r *qstate) (*Po
 	p.l.hit(b, size)
 	p.l.sync(p.pol.Counts())
 	pb = p.handOutLocked(pb)
+	noteLocked(b, size, r, pb)
 	uses := handover(b, r)
 	p.mu.Unlock()
 	if uses != nil {
@@ -301,6 +302,7 @@ func (p *Pool) allocateBlock(hooks hookList, size int64, pb *PooledBuffer, r *qs
 			p.l.activate(b, size)
 			p.l.sync(p.pol.Counts())
 			pb = p.handOutLocked(pb)
+			noteLocked(b, size, r, pb)
 			p.mu.Unlock()
 			if hookErr != nil {
 				// The segment stays, held; the request fails.

@@ -192,7 +192,7 @@ func TestBufferRelease(t *testing.T) {
 // through an allocator that hands out no device memory; every count must be
 // exact in 64 bits.
 func TestMempool32BitIssues(t *testing.T) {
-	p, err := mempool.New(nothingAllocator{})
+	p, err := mempool.New(noDevice{})
 	require.NoError(t, err)
 	var bufs []*mempool.PooledBuffer
 	var managed, active int64
@@ -221,7 +221,7 @@ func TestMempool32BitIssues(t *testing.T) {
 }
 
 func TestNewValidatesOptions(t *testing.T) {
-	a := nothingAllocator{}
+	a := noDevice{}
 	for _, lb := range []int{0, 1, 4, 10, mempool.MaxLeadingBits} {
 		p, err := mempool.New(a, mempool.WithLeadingBits(lb))
 		require.NoError(t, err, "leading bits %d", lb)

@@ -172,3 +172,25 @@ func TestBinsAreLIFOAndExact(t *testing.T) {
 	assert.Nil(t, p.Put(b2))
 	assert.Equal(t, policy.Counts{FreeBlocks: 1, FreeBytes: 1023, Segments: 1}, *p.Counts())
 }
+
+// Blocks walks a segment's blocks by offset, and they cover it.
+func TestSegmentBlocksCoverIt(t *testing.T) {
+	p := policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)
+	seg := p.NewSegment(1000)
+	a := p.Add(seg, 1000)
+	b := p.GetOn(3000, 0)
+	require.NotNil(t, b)
+	require.Nil(t, p.Put(a))
+	var off int64
+	var free []bool
+	for blk := range seg.Blocks() {
+		assert.Equal(t, off, blk.Off)
+		off += blk.Size
+		free = append(free, blk.IsFree())
+	}
+	assert.Equal(t, seg.Size, off)
+	assert.Equal(t, []bool{true, false, true}, free)
+	assert.False(t, seg.WhollyFree())
+	require.Nil(t, p.Put(b))
+	assert.True(t, seg.WhollyFree())
+}

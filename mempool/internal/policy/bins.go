@@ -164,7 +164,8 @@ func (p *Bins[T]) Add(seg *Segment[T], size int64) *Block[T] {
 	p.counts.Segments++
 	seg.blocks = 1
 	seg.Small = seg.Size < 1<<20
-	return &Block[T]{Seg: seg, Size: seg.Size}
+	seg.first = &Block[T]{Seg: seg, Size: seg.Size}
+	return seg.first
 }
 
 // Put takes back an active block. It returns the block's segment when it

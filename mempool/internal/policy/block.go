@@ -51,6 +51,13 @@ type Block[T comparable] struct {
 	// Use); a merged block has the uses of both parts.
 	Uses []Use
 
+	// What the pool notes of an active block, for its snapshots: the
+	// bytes asked for, the queue it is for (0: none) and its owner's ID.
+	// The policies neither read nor clear them.
+	Requested int64
+	Queue     int32
+	Owner     uint64
+
 	free       bool
 	quick      bool      // free, waiting unmerged on a quick list (arena)
 	class      uint32    // the size class it is indexed under, while free

@@ -1,0 +1,29 @@
+package policy
+
+import "iter"
+
+// Blocks returns the segment's blocks in the order of their offsets; they
+// cover it. (Exact bins cut a segment into one block.)
+func (s *Segment[T]) Blocks() iter.Seq[*Block[T]] {
+	return func(yield func(*Block[T]) bool) {
+		for b := s.first; b != nil; b = b.next {
+			if !yield(b) {
+				return
+			}
+		}
+	}
+}
+
+// IsFree reports whether the block is free: held by the pool, not handed
+// out.
+func (b *Block[T]) IsFree() bool { return b.free }
+
+// WhollyFree reports whether every block of the segment is free.
+func (s *Segment[T]) WhollyFree() bool {
+	for b := range s.Blocks() {
+		if !b.free {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,137 @@
+package mempool
+
+import (
+	"cmp"
+	"slices"
+	"time"
+	"unsafe"
+
+	"github.com/clpool/clpool/trace"
+)
+
+// This file is the pool's snapshot: its segments and blocks at one moment,
+// as torch.cuda.memory._snapshot gives them, for `clpool viz` and for
+// programs that want to see where their memory is.
+
+// Snapshot is the pool's memory at one moment. It marshals to JSON as
+// `clpool viz` reads it.
+type Snapshot struct {
+	Time         time.Time         `json:"time"`
+	Device       string            `json:"device,omitempty"`
+	Policy       string            `json:"policy"`        // "bins" or "arena"
+	ManagedBytes int64             `json:"managed_bytes"` // the segments' bytes
+	ActiveBytes  int64             `json:"active_bytes"`  // the bytes asked for by the active blocks
+	Limit        int64             `json:"limit,omitempty"`
+	Segments     []SegmentSnapshot `json:"segments"` // in the order they were allocated
+
+	// History is the last events of a registered hook that keeps them
+	// (memhooks.History), oldest first; empty if none is registered.
+	History []trace.Event `json:"history,omitempty"`
+}
+
+// SegmentSnapshot is one segment: a buffer from the allocator.
+type SegmentSnapshot struct {
+	ID     int64           `json:"id"` // 1, 2, ... in the order the pool allocated them
+	Size   int64           `json:"size"`
+	Small  bool            `json:"small"`  // of the small pool (torch's small_pool)
+	Blocks []BlockSnapshot `json:"blocks"` // by offset; together they cover the segment
+}
+
+// The states of a block in a snapshot: handed out; free in a segment that
+// is wholly free (the pool can free it); free in a segment with active
+// blocks (torch's inactive split: it cannot be freed alone).
+const (
+	StateActive        = "active"
+	StateHeld          = "held"
+	StateInactiveSplit = "inactive_split"
+)
+
+// BlockSnapshot is one block of a segment.
+type BlockSnapshot struct {
+	Offset    int64  `json:"offset"`
+	Size      int64  `json:"size"`
+	Requested int64  `json:"requested,omitempty"` // active blocks: the bytes asked for
+	State     string `json:"state"`               // StateActive, StateHeld or StateInactiveSplit
+	Queue     int    `json:"queue,omitempty"`     // active blocks: 1 + the queue's index in Stats.Queues; 0: none
+	ID        uint64 `json:"block_id,omitempty"`  // active blocks: the PooledBuffer's ID, as hooks see it
+	Site      string `json:"site,omitempty"`      // active blocks: where they were allocated, when a hook knows (SiteNamer)
+}
+
+// SiteNamer is a hook that knows where blocks were allocated, such as
+// memhooks.LineProfile: Snapshot asks it for each active block's site.
+type SiteNamer interface {
+	Site(blockID uint64) (site string, ok bool)
+}
+
+// historyKeeper is a hook that keeps the last events (memhooks.History).
+type historyKeeper interface {
+	History() []trace.Event
+}
+
+// Snapshot returns the pool's segments and blocks now, for either policy.
+// It holds the pool's lock while it walks them: a snapshot is for looking,
+// not for a hot path.
+func (p *Pool) Snapshot() Snapshot {
+	p.mu.Lock()
+	st := p.snapshot()
+	s := Snapshot{
+		Time:         time.Now(),
+		Policy:       st.Policy,
+		ManagedBytes: st.ManagedBytes,
+		ActiveBytes:  st.ActiveBytes,
+		Limit:        p.limit,
+		Segments:     make([]SegmentSnapshot, 0, len(p.l.segs)),
+	}
+	for seg, id := range p.l.segs {
+		ss := SegmentSnapshot{ID: id, Size: seg.Size, Small: seg.Small}
+		whollyFree := seg.WhollyFree()
+		for b := range seg.Blocks() {
+			bs := BlockSnapshot{Offset: b.Off, Size: b.Size}
+			switch {
+			case !b.IsFree():
+				bs.State, bs.Requested, bs.Queue, bs.ID = StateActive, b.Requested, int(b.Queue), b.Owner
+			case whollyFree:
+				bs.State = StateHeld
+			default:
+				bs.State = StateInactiveSplit
+			}
+			ss.Blocks = append(ss.Blocks, bs)
+		}
+		s.Segments = append(s.Segments, ss)
+	}
+	p.mu.Unlock()
+
+	slices.SortFunc(s.Segments, func(a, b SegmentSnapshot) int { return cmp.Compare(a.ID, b.ID) })
+	if p.device != nil {
+		s.Device = p.device.Name
+	}
+	if hooks := p.hooks.Load(); hooks != nil {
+		for _, entry := range *hooks {
+			if h, ok := entry.h.(historyKeeper); ok && s.History == nil {
+				s.History = h.History()
+			}
+			if n, ok := entry.h.(SiteNamer); ok {
+				nameSites(s.Segments, n)
+			}
+		}
+	}
+	return s
+}
+
+// nameSites fills in the sites n knows of active blocks that have none.
+func nameSites(segs []SegmentSnapshot, n SiteNamer) {
+	for i := range segs {
+		for j := range segs[i].Blocks {
+			b := &segs[i].Blocks[j]
+			if b.State == StateActive && b.Site == "" {
+				b.Site, _ = n.Site(b.ID)
+			}
+		}
+	}
+}
+
+// noteLocked notes, on block b handed out as pb for a request of size on
+// queue r, what a snapshot shows of it. p.mu must be held.
+func noteLocked(b *block, size int64, r *qstate, pb *PooledBuffer) {
+	b.Requested, b.Queue, b.Owner = size, r.idOrNone(), uint64(uintptr(unsafe.Pointer(pb)))
+}
