@@ -64,7 +64,6 @@ func countersOf(s mempool.Stats) counters {
 	return counters{s.ActiveBlocks, s.HeldBlocks, s.ManagedBytes, s.ActiveBytes, s.HeldBytes}
 }
 
-
 // injector fails the next allocations with the errors queued in it, then
 // passes through to the wrapped allocator.
 type injector struct {
