@@ -6,23 +6,42 @@
 //	a	1	524288
 //	f	1	0
 //
-// where op "a" allocates size bytes as block id and "f" frees block id.
-// This is the format of the trace recorded from pyopencl.array running a
+// where op "a" allocates size bytes as block id and "f" frees block id (a
+// free's size is 0 or the size the block was allocated with). This is the
+// format of the trace recorded from pyopencl.array running a
 // conjugate-gradient solve (testdata/cg.tsv), so a program's allocation
 // pattern can be captured once and replayed through any allocator.
+//
+// A timed trace has a fourth column, t, the time of the event in integer
+// nanoseconds since the recording began:
+//
+//	op	id	size	t
+//	a	1	524288	1200
+//	f	1	0	53100
+//
+// A trace has times on every event or on none. Read reads both kinds;
+// NewWriter writes the first and NewTimedWriter the second. In an Event, a
+// Time of 0 means the trace had no time column, and Timed tells whether
+// any event of a trace has a time.
+//
+// An Event also encodes as JSON, {"op":"a","id":1,"size":512,"t":123},
+// with t in nanoseconds.
 package trace
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
-// Op is an event's kind.
+// Op is an event's kind. It encodes as text, and so in JSON, as "a" or
+// "f".
 type Op byte
 
 // Event kinds.
@@ -31,85 +50,214 @@ const (
 	Free  Op = 'f'
 )
 
-// Event is one allocation or free.
-type Event struct {
-	Op   Op
-	ID   int64
-	Size int64 // bytes allocated; 0 for a free
+// MarshalText returns "a" or "f", and an error for any other Op.
+func (op Op) MarshalText() ([]byte, error) {
+	if op != Alloc && op != Free {
+		return nil, fmt.Errorf("trace: unknown op %q, want a or f", byte(op))
+	}
+	return []byte{byte(op)}, nil
 }
 
-// Read parses a trace. It checks that every free names a live block and
-// that no id is allocated twice while live.
-func Read(r io.Reader) ([]Event, error) {
-	var events []Event
-	live := map[int64]bool{}
-	sc := bufio.NewScanner(r)
-	line := 0
-	for sc.Scan() {
-		line++
-		text := strings.TrimSpace(sc.Text())
-		if text == "" || strings.HasPrefix(text, "#") || (line == 1 && strings.HasPrefix(text, "op")) {
-			continue
-		}
-		f := strings.Fields(text)
-		if len(f) < 2 || len(f) > 3 || len(f[0]) != 1 {
-			return nil, fmt.Errorf("trace: line %d: want `op id size`, got %q", line, text)
-		}
-		id, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("trace: line %d: id: %w", line, err)
-		}
-		var size int64
-		if len(f) == 3 {
-			if size, err = strconv.ParseInt(f[2], 10, 64); err != nil || size < 0 {
-				return nil, fmt.Errorf("trace: line %d: bad size %q", line, f[2])
-			}
-		}
-		ev := Event{Op: Op(f[0][0]), ID: id, Size: size}
-		switch ev.Op {
-		case Alloc:
-			if live[id] {
-				return nil, fmt.Errorf("trace: line %d: block %d allocated while live", line, id)
-			}
-			live[id] = true
-		case Free:
-			if !live[id] {
-				return nil, fmt.Errorf("trace: line %d: free of block %d, which is not live", line, id)
-			}
-			delete(live, id)
-			ev.Size = 0
-		default:
-			return nil, fmt.Errorf("trace: line %d: unknown op %q", line, f[0])
-		}
-		events = append(events, ev)
+// UnmarshalText sets op from "a" or "f", and returns an error for any other
+// text.
+func (op *Op) UnmarshalText(text []byte) error {
+	parsed, err := parseOp(string(text))
+	if err != nil {
+		return fmt.Errorf("trace: %w", err)
 	}
-	return events, sc.Err()
+	*op = parsed
+	return nil
+}
+
+// parseOp returns the Op that s names.
+func parseOp(s string) (Op, error) {
+	switch s {
+	case "a":
+		return Alloc, nil
+	case "f":
+		return Free, nil
+	}
+	return 0, fmt.Errorf("unknown op %s, want a or f", shorten(s))
+}
+
+// Event is one allocation or free.
+type Event struct {
+	Op   Op            `json:"op"`
+	ID   int64         `json:"id"`
+	Size int64         `json:"size"` // bytes allocated; 0 for a free
+	Time time.Duration `json:"t"`    // since the recording began; 0 if the trace has no time column
+}
+
+// Timed reports whether any of events has a time, that is, whether they
+// come from a timed trace.
+func Timed(events []Event) bool {
+	for _, ev := range events {
+		if ev.Time != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// The two headers, as fields.
+var (
+	header      = []string{"op", "id", "size"}
+	timedHeader = []string{"op", "id", "size", "t"}
+)
+
+// Read parses a trace, timed or not. Blank lines and lines starting with #
+// are skipped, and so is the header, if the first other line is one.
+// Lines may be of any length. Read checks that every event line has the
+// same number of fields, three or four (with a time, a non-negative
+// integer); that every free names a live block, with size 0 or the size
+// it was allocated with; and that no id is allocated twice while live.
+// Errors name the line. The events Read returns have Size 0 for every
+// free.
+func Read(r io.Reader) ([]Event, error) {
+	p := parser{liveSize: map[int64]int64{}}
+	br := bufio.NewReader(r) // unlike a bufio.Scanner, no limit on a line's length
+	var events []Event
+	for line := 1; ; line++ {
+		text, readErr := br.ReadString('\n')
+		if readErr != nil && !errors.Is(readErr, io.EOF) {
+			return nil, fmt.Errorf("trace: reading line %d: %w", line, readErr)
+		}
+		ev, ok, err := p.parse(strings.TrimSpace(text), line)
+		if err != nil {
+			return nil, fmt.Errorf("trace: line %d: %w", line, err)
+		}
+		if ok {
+			events = append(events, ev)
+		}
+		if readErr != nil { // io.EOF, after the last line
+			return events, nil
+		}
+	}
+}
+
+// parser is Read's state between lines.
+type parser struct {
+	liveSize map[int64]int64 // live block id -> its size
+	seen     bool            // a header or an event has been read
+	columns  int             // 3 or 4, once seen
+	from     int             // the line that set columns
+}
+
+// parse parses one line, already trimmed. ok is false for a line with no
+// event: blank, a comment or the header.
+func (p *parser) parse(text string, line int) (ev Event, ok bool, err error) {
+	if text == "" || strings.HasPrefix(text, "#") {
+		return ev, false, nil
+	}
+	fields := strings.Fields(text)
+	if !p.seen && fields[0] == "op" {
+		if !slices.Equal(fields, header) && !slices.Equal(fields, timedHeader) {
+			return ev, false, fmt.Errorf("header %s, want `op id size` or `op id size t`", shorten(text))
+		}
+		p.seen, p.columns, p.from = true, len(fields), line
+		return ev, false, nil
+	}
+	if len(fields) != 3 && len(fields) != 4 {
+		return ev, false, fmt.Errorf("want `op id size` or `op id size t`, got %d fields: %s", len(fields), shorten(text))
+	}
+	if !p.seen {
+		p.seen, p.columns, p.from = true, len(fields), line
+	}
+	if len(fields) != p.columns {
+		return ev, false, fmt.Errorf("%d fields, but line %d has %d: a trace has a time on every event or on none", len(fields), p.from, p.columns)
+	}
+	if ev.Op, err = parseOp(fields[0]); err != nil {
+		return ev, false, err
+	}
+	if ev.ID, err = strconv.ParseInt(fields[1], 10, 64); err != nil {
+		return ev, false, fmt.Errorf("block id %s is not an integer", shorten(fields[1]))
+	}
+	if ev.Size, err = strconv.ParseInt(fields[2], 10, 64); err != nil || ev.Size < 0 {
+		return ev, false, fmt.Errorf("size %s is not a non-negative integer", shorten(fields[2]))
+	}
+	if len(fields) == 4 {
+		ns, err := strconv.ParseInt(fields[3], 10, 64)
+		if err != nil || ns < 0 {
+			return ev, false, fmt.Errorf("time %s is not a non-negative integer (nanoseconds)", shorten(fields[3]))
+		}
+		ev.Time = time.Duration(ns)
+	}
+	allocated, live := p.liveSize[ev.ID]
+	if ev.Op == Alloc {
+		if live {
+			return ev, false, fmt.Errorf("block %d allocated while live", ev.ID)
+		}
+		p.liveSize[ev.ID] = ev.Size
+		return ev, true, nil
+	}
+	if !live {
+		return ev, false, fmt.Errorf("free of block %d, which is not live", ev.ID)
+	}
+	if ev.Size != 0 && ev.Size != allocated {
+		return ev, false, fmt.Errorf("free of block %d with size %d, but it was allocated with %d (a free's size is 0 or the allocated size)", ev.ID, ev.Size, allocated)
+	}
+	delete(p.liveSize, ev.ID)
+	ev.Size = 0
+	return ev, true, nil
+}
+
+// shorten quotes s for an error message, cutting it short if it is long:
+// a line of a broken trace can be megabytes.
+func shorten(s string) string {
+	const limit = 40
+	if len(s) <= limit {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprintf("%q... (%d bytes)", s[:limit], len(s))
 }
 
 // Writer writes a trace, header first. It is not safe for concurrent use;
 // wrap it in a lock to share it.
 type Writer struct {
 	w      *bufio.Writer
-	header bool
+	timed  bool
+	header bool // written
 }
 
-// NewWriter returns a Writer to w. Call Flush when done.
+// NewWriter returns a Writer of the three-column format, `op id size`,
+// to w; it leaves out the events' times. Call Flush when done.
 func NewWriter(w io.Writer) *Writer { return &Writer{w: bufio.NewWriter(w)} }
 
-// Write writes one event.
+// NewTimedWriter returns a Writer of the timed format, `op id size t`,
+// to w, with each event's Time in nanoseconds. Call Flush when done.
+func NewTimedWriter(w io.Writer) *Writer { return &Writer{w: bufio.NewWriter(w), timed: true} }
+
+// Write writes one event, after the header if it is the first.
 func (t *Writer) Write(ev Event) error {
 	if !t.header {
 		t.header = true
-		if _, err := t.w.WriteString("op\tid\tsize\n"); err != nil {
-			return err
+		h := header
+		if t.timed {
+			h = timedHeader
+		}
+		if _, err := t.w.WriteString(strings.Join(h, "\t") + "\n"); err != nil {
+			return fmt.Errorf("trace: writing: %w", err)
 		}
 	}
-	_, err := fmt.Fprintf(t.w, "%c\t%d\t%d\n", ev.Op, ev.ID, ev.Size)
-	return err
+	var err error
+	if t.timed {
+		_, err = fmt.Fprintf(t.w, "%c\t%d\t%d\t%d\n", ev.Op, ev.ID, ev.Size, ev.Time.Nanoseconds())
+	} else {
+		_, err = fmt.Fprintf(t.w, "%c\t%d\t%d\n", ev.Op, ev.ID, ev.Size)
+	}
+	if err != nil {
+		return fmt.Errorf("trace: writing: %w", err)
+	}
+	return nil
 }
 
 // Flush writes what is buffered.
-func (t *Writer) Flush() error { return t.w.Flush() }
+func (t *Writer) Flush() error {
+	if err := t.w.Flush(); err != nil {
+		return fmt.Errorf("trace: writing: %w", err)
+	}
+	return nil
+}
 
 // Summary is what a trace asks of an allocator.
 type Summary struct {

@@ -2,29 +2,69 @@ package trace_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/clpool/clpool/trace"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-func TestReadTheCGTrace(t *testing.T) {
-	f, err := os.Open("../testdata/cg.tsv")
+func readFile(t *testing.T, path string) []trace.Event {
+	t.Helper()
+	f, err := os.Open(path)
 	require.NoError(t, err)
 	defer f.Close()
 	events, err := trace.Read(f)
 	require.NoError(t, err)
+	return events
+}
+
+func TestReadTheCGTrace(t *testing.T) {
+	events := readFile(t, "../testdata/cg.tsv")
 	s := trace.Summarize(events)
 	assert.Equal(t, 3307, s.Allocs, "the README of shared/ says 3,307 allocations")
 	assert.Equal(t, int64(3670016), s.PeakLiveBytes, "and a peak of 3,670,016 live bytes")
 	assert.Equal(t, s.Allocs-s.Leaked, s.Frees)
 }
 
+// TestThreeColumnTracesReadAsBefore pins what Read made of the two real
+// traces before traces had times: a digest of every event as the
+// three-column Read returned it.
+func TestThreeColumnTracesReadAsBefore(t *testing.T) {
+	for name, want := range map[string]struct {
+		events int
+		digest string
+	}{
+		"cg.tsv":  {6614, "5ea7d5fd3538aa9d806e73a5fc7725de1ca03e4267c621d1e709a0ec3ab294a0"},
+		"mlp.tsv": {53902, "7d7bdbb02981f2ad0ba745365790e1ca64bd1a0f92cb1849c6f1d38fad1ac526"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			events := readFile(t, "../testdata/"+name)
+			h := sha256.New()
+			for _, ev := range events {
+				fmt.Fprintf(h, "%c %d %d\n", ev.Op, ev.ID, ev.Size)
+				require.Zero(t, ev.Time)
+			}
+			assert.Len(t, events, want.events)
+			assert.Equal(t, want.digest, fmt.Sprintf("%x", h.Sum(nil)))
+			assert.False(t, trace.Timed(events))
+		})
+	}
+}
+
 func TestWriteReadRoundTrip(t *testing.T) {
-	in := []trace.Event{{trace.Alloc, 1, 100}, {trace.Alloc, 2, 0}, {trace.Free, 1, 0}, {trace.Free, 2, 0}}
+	in := []trace.Event{
+		{Op: trace.Alloc, ID: 1, Size: 100},
+		{Op: trace.Alloc, ID: 2, Size: 0},
+		{Op: trace.Free, ID: 1},
+		{Op: trace.Free, ID: 2},
+	}
 	var buf bytes.Buffer
 	w := trace.NewWriter(&buf)
 	for _, ev := range in {
@@ -37,22 +77,118 @@ func TestWriteReadRoundTrip(t *testing.T) {
 	assert.Equal(t, in, out)
 }
 
-func TestReadRejectsBadTraces(t *testing.T) {
+func TestTimedWriteReadRoundTrip(t *testing.T) {
+	in := []trace.Event{
+		{Op: trace.Alloc, ID: 1, Size: 100, Time: 1200},
+		{Op: trace.Alloc, ID: 2, Size: 0, Time: 1500},
+		{Op: trace.Free, ID: 1, Time: 3 * time.Second},
+		{Op: trace.Free, ID: 2, Time: 3*time.Second + 7},
+	}
+	var buf bytes.Buffer
+	w := trace.NewTimedWriter(&buf)
+	for _, ev := range in {
+		require.NoError(t, w.Write(ev))
+	}
+	require.NoError(t, w.Flush())
+	assert.Equal(t, "op\tid\tsize\tt\na\t1\t100\t1200\na\t2\t0\t1500\nf\t1\t0\t3000000000\nf\t2\t0\t3000000007\n", buf.String())
+	out, err := trace.Read(&buf)
+	require.NoError(t, err)
+	assert.Equal(t, in, out)
+	assert.True(t, trace.Timed(out))
+}
+
+func TestNewWriterLeavesOutTimes(t *testing.T) {
+	var buf bytes.Buffer
+	w := trace.NewWriter(&buf)
+	require.NoError(t, w.Write(trace.Event{Op: trace.Alloc, ID: 1, Size: 8, Time: time.Second}))
+	require.NoError(t, w.Flush())
+	assert.Equal(t, "op\tid\tsize\na\t1\t8\n", buf.String())
+}
+
+func TestTimed(t *testing.T) {
+	assert.False(t, trace.Timed(nil))
+	assert.False(t, trace.Timed([]trace.Event{{Op: trace.Alloc, ID: 1, Size: 8}}))
+	assert.True(t, trace.Timed([]trace.Event{{Op: trace.Alloc, ID: 1, Size: 8}, {Op: trace.Free, ID: 1, Time: 1}}))
+}
+
+func TestReadAcceptsEitherHeaderOrNone(t *testing.T) {
 	for name, text := range map[string]string{
-		"free of a dead block": "op\tid\tsize\nf\t1\t0\n",
-		"double allocation":    "a\t1\t8\na\t1\t8\n",
-		"unknown op":           "x\t1\t8\n",
-		"negative size":        "a\t1\t-8\n",
-		"bad id":               "a\tone\t8\n",
-		"too many fields":      "a\t1\t8\t9\n",
+		"no header":             "a 1 8 5\nf 1 8 9\n",
+		"timed header":          "op\tid\tsize\tt\na\t1\t8\t5\nf\t1\t0\t9\n",
+		"comment before header": "# recorded today\n\nop id size t\r\na 1 8 5\r\nf 1 0 9", // and CRLF, no final newline
 	} {
-		_, err := trace.Read(strings.NewReader(text))
-		assert.Error(t, err, name)
+		events, err := trace.Read(strings.NewReader(text))
+		require.NoError(t, err, name)
+		assert.Equal(t, []trace.Event{{Op: trace.Alloc, ID: 1, Size: 8, Time: 5}, {Op: trace.Free, ID: 1, Time: 9}}, events, name)
 	}
 }
 
+func TestReadLinesLongerThan64KiB(t *testing.T) {
+	long := strings.Repeat("x", 200_000)
+	text := "op\tid\tsize\n# " + long + "\na\t1\t8" + strings.Repeat(" ", 100_000) + "\nf\t1\t8\n"
+	events, err := trace.Read(strings.NewReader(text))
+	require.NoError(t, err)
+	assert.Equal(t, []trace.Event{{Op: trace.Alloc, ID: 1, Size: 8}, {Op: trace.Free, ID: 1}}, events)
+
+	// A long bad line fails with its line number, and the error quotes
+	// only the start of it.
+	_, err = trace.Read(strings.NewReader("a\t1\t8\n" + "a\t2\t" + long + "\n"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "trace: line 2: size ")
+	assert.Less(t, len(err.Error()), 200)
+}
+
+func TestReadRejectsBadTraces(t *testing.T) {
+	for _, tc := range []struct {
+		name, text, want string
+	}{
+		{"free of a dead block", "op\tid\tsize\nf\t1\t0\n", "trace: line 2: free of block 1, which is not live"},
+		{"double allocation", "a\t1\t8\na\t1\t8\n", "trace: line 2: block 1 allocated while live"},
+		{"unknown op", "x\t1\t8\n", `trace: line 1: unknown op "x"`},
+		{"negative size", "a\t1\t-8\n", `trace: line 1: size "-8" is not`},
+		{"bad id", "a\tone\t8\n", `trace: line 1: block id "one" is not an integer`},
+		{"missing size", "a\t1\t8\na 2\n", "trace: line 2: want `op id size` or `op id size t`, got 2 fields"},
+		{"missing size of a free", "a\t1\t8\nf 1\n", "trace: line 2: want"},
+		{"too many fields", "a\t1\t8\t9\t10\n", "trace: line 1: want"},
+		{"free of the wrong size", "a\t1\t8\n\nf\t1\t99\n", "trace: line 3: free of block 1 with size 99, but it was allocated with 8"},
+		{"bad time", "a\t1\t8\t1.5\n", `trace: line 1: time "1.5" is not`},
+		{"negative time", "a\t1\t8\t-1\n", `trace: line 1: time "-1" is not`},
+		{"time after untimed", "a\t1\t8\nf\t1\t0\t9\n", "trace: line 2: 4 fields, but line 1 has 3: a trace has a time on every event or on none"},
+		{"untimed after timed", "a\t1\t8\t5\n# a comment\nf\t1\t0\n", "trace: line 3: 3 fields, but line 1 has 4"},
+		{"time under the untimed header", "op\tid\tsize\na\t1\t8\t5\n", "trace: line 2: 4 fields, but line 1 has 3"},
+		{"no time under the timed header", "op\tid\tsize\tt\na\t1\t8\n", "trace: line 2: 3 fields, but line 1 has 4"},
+		{"unknown header", "op\tid\tbytes\n", "trace: line 1: header"},
+		{"header after events", "a\t1\t8\nop\tid\tsize\n", `trace: line 2: unknown op "op"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := trace.Read(strings.NewReader(tc.text))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Equal(t, 1, strings.Count(err.Error(), "trace:"), "one prefix: %v", err)
+		})
+	}
+}
+
+func TestEventJSON(t *testing.T) {
+	ev := trace.Event{Op: trace.Alloc, ID: 1, Size: 512, Time: 123}
+	data, err := json.Marshal(ev)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"op":"a","id":1,"size":512,"t":123}`, string(data))
+
+	var back []trace.Event
+	require.NoError(t, json.Unmarshal([]byte(`[{"op":"a","id":1,"size":512,"t":123},{"op":"f","id":1,"size":0}]`), &back))
+	assert.Equal(t, []trace.Event{ev, {Op: trace.Free, ID: 1}}, back)
+
+	_, err = json.Marshal(trace.Event{Op: 'x'})
+	assert.ErrorContains(t, err, "trace: unknown op 'x'")
+	assert.ErrorContains(t, json.Unmarshal([]byte(`{"op":"alloc"}`), &ev), `trace: unknown op "alloc"`)
+}
+
 func TestReplayFreesWhatTheTraceLeavesLiveInIDOrder(t *testing.T) {
-	events := []trace.Event{{trace.Alloc, 5, 10}, {trace.Alloc, 2, 20}, {trace.Alloc, 9, 30}, {trace.Alloc, 1, 40}, {trace.Free, 2, 0}}
+	events := []trace.Event{
+		{Op: trace.Alloc, ID: 5, Size: 10}, {Op: trace.Alloc, ID: 2, Size: 20}, {Op: trace.Alloc, ID: 9, Size: 30},
+		{Op: trace.Alloc, ID: 1, Size: 40}, {Op: trace.Free, ID: 2},
+	}
 	var freed []int64
 	err := trace.Replay(events,
 		func(size int64) (int64, error) { return size, nil }, // the handle is the size

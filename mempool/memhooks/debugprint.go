@@ -5,24 +5,34 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/clpool/clpool/mempool"
 )
 
-// DebugPrint writes each event as one JSON line, like CuPy's DebugPrintHook:
+// DebugPrint writes each event as one JSON line, like CuPy's DebugPrintHook,
+// with its time, t, in integer nanoseconds since the DebugPrint was made
+// (from the monotonic clock, as a timed trace's t):
 //
-//	{"event":"malloc_after","device":"pthread-...","size":4000,"alloc_size":4095,"buffer":"0x55d0c1a2b3c0","block":824634...}
+//	{"event":"malloc_after","t":52310,"device":"pthread-...","size":4000,"alloc_size":4095,"buffer":"0x55d0c1a2b3c0","block":824634...}
+//
+// The time is taken as the line is written, so the times of the lines
+// never go down.
 type DebugPrint struct {
-	mu  sync.Mutex
-	enc *json.Encoder
-	err error
+	mu    sync.Mutex
+	enc   *json.Encoder
+	start time.Time // it holds a monotonic reading
+	err   error
 }
 
 // NewDebugPrint returns a hook writing to w.
-func NewDebugPrint(w io.Writer) *DebugPrint { return &DebugPrint{enc: json.NewEncoder(w)} }
+func NewDebugPrint(w io.Writer) *DebugPrint {
+	return &DebugPrint{enc: json.NewEncoder(w), start: time.Now()}
+}
 
 type debugLine struct {
 	Event     string `json:"event"`
+	T         int64  `json:"t"` // nanoseconds since the DebugPrint was made
 	Device    string `json:"device,omitempty"`
 	Size      int64  `json:"size"`
 	AllocSize int64  `json:"alloc_size"`
@@ -45,6 +55,7 @@ func (d *DebugPrint) Handle(e mempool.Event) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	line.T = time.Since(d.start).Nanoseconds()
 	if err := d.enc.Encode(line); err != nil && d.err == nil {
 		d.err = err
 	}

@@ -1,12 +1,18 @@
 // Package memhooks holds ready-made mempool hooks, as CuPy's
-// cupy.cuda.memory_hooks does:
+// cupy.cuda.memory_hooks does, and one as PyTorch's memory history:
 //
-//   - DebugPrint writes every event as a JSON line.
+//   - DebugPrint writes every event as a JSON line, with its time, t, in
+//     nanoseconds since the DebugPrint was made.
 //   - LineProfile attributes device memory to the lines of code that asked
 //     for it, prints the tree as CuPy's LineProfileHook does, and writes it
 //     as a pprof profile for `go tool pprof`.
-//   - TraceRecorder writes the allocations and frees as a trace (package
-//     trace) that `clpool replay` can replay.
+//   - TraceRecorder writes the allocations and frees as a timed trace
+//     (package trace) that `clpool replay` can replay.
+//   - History keeps the last n allocations and frees in a ring, as
+//     torch.cuda.memory._record_memory_history(max_entries=n) does: read
+//     them with Events, or write them as a timed trace with WriteTrace. A
+//     pool's Snapshot includes them.
 //
+// Times are from the monotonic clock, measured from when the hook was made.
 // Register any of them with pool.AddHook; each is safe for concurrent use.
 package memhooks

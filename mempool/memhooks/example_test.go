@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/mempool"
 	"github.com/clpool/clpool/mempool/memhooks"
+	"github.com/clpool/clpool/trace"
 )
 
 // examplePool is a pool on the default device, for the examples.
@@ -32,7 +34,7 @@ func ExampleNewDebugPrint() {
 	b, _ := p.Allocate(4000)
 	b.Close()
 
-	// Each line is JSON: {"event":"malloc_before","device":"...","size":4000,"alloc_size":4095}
+	// Each line is JSON: {"event":"malloc_before","t":1250,"device":"...","size":4000,"alloc_size":4095}
 	sc := bufio.NewScanner(&log)
 	for sc.Scan() {
 		var line struct {
@@ -68,17 +70,19 @@ func ExampleLineProfile() {
 	lp.Print(os.Stdout, 0, memhooks.InUse)
 	// Each line of the example that allocated is a node: (bytes in use,
 	// bytes taken from the device).
+
 	// Output:
 	// _root (1.06MB, 1.06MB)
-	//   example_test.go:61:memhooks_test.ExampleLineProfile (1.06MB, 1.06MB)
-	//   example_test.go:62:memhooks_test.ExampleLineProfile (0.00B, 1023.00B)
-	//   example_test.go:64:memhooks_test.ExampleLineProfile (1023.00B, 0.00B)
+	//   example_test.go:63:memhooks_test.ExampleLineProfile (1.06MB, 1.06MB)
+	//   example_test.go:64:memhooks_test.ExampleLineProfile (0.00B, 1023.00B)
+	//   example_test.go:66:memhooks_test.ExampleLineProfile (1023.00B, 0.00B)
 }
 
 func ExampleTraceRecorder() {
 	p, done := examplePool()
 	defer done()
-	rec := memhooks.NewTraceRecorder(os.Stdout)
+	var out bytes.Buffer
+	rec := memhooks.NewTraceRecorder(&out)
 	p.AddHook(rec)
 
 	a, _ := p.Allocate(4000)
@@ -86,10 +90,49 @@ func ExampleTraceRecorder() {
 	a.Close()
 	b.Close()
 	rec.Flush()
+
+	// The trace is timed: its last column, t, is the nanoseconds since the
+	// recorder was made, which differ from run to run.
+	header, _, _ := strings.Cut(out.String(), "\n")
+	fmt.Printf("%q\n", header)
+	events, _ := trace.Read(&out)
+	for _, ev := range events {
+		fmt.Printf("%c %d %d\n", ev.Op, ev.ID, ev.Size)
+	}
 	// Output:
-	// op	id	size
-	// a	1	4000
-	// a	2	100
-	// f	1	0
-	// f	2	0
+	// "op\tid\tsize\tt"
+	// a 1 4000
+	// a 2 100
+	// f 1 0
+	// f 2 0
+}
+
+func ExampleNewHistory() {
+	p, done := examplePool()
+	defer done()
+	h := memhooks.NewHistory(3) // the last 3 events
+	p.AddHook(h)
+
+	a, _ := p.Allocate(4000)
+	b, _ := p.Allocate(100)
+	a.Close()
+	c, _ := p.Allocate(200)
+	defer b.Close()
+	defer c.Close()
+
+	// Allocating block 1 has left the ring.
+	for _, ev := range h.Events() {
+		fmt.Printf("%c %d %d\n", ev.Op, ev.ID, ev.Size)
+	}
+	// WriteTrace leaves out the free of block 1 too, so that its trace
+	// replays.
+	var out bytes.Buffer
+	h.WriteTrace(&out)
+	events, err := trace.Read(&out)
+	fmt.Println(len(events), "events in the trace", err)
+	// Output:
+	// a 2 100
+	// f 1 0
+	// a 3 200
+	// 2 events in the trace <nil>
 }

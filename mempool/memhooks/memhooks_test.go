@@ -51,10 +51,18 @@ func TestDebugPrintWritesJSONLines(t *testing.T) {
 	}
 	require.Len(t, lines, 6)
 	var names []string
+	var lastT float64
 	for _, m := range lines {
 		names = append(names, m["event"].(string))
 		assert.Equal(t, p.Device().Name, m["device"])
 		assert.Equal(t, float64(4095), m["alloc_size"])
+		// t: integer nanoseconds since the DebugPrint was made, never going down.
+		tm, ok := m["t"].(float64)
+		require.True(t, ok, "every line has a time: %v", m)
+		assert.Equal(t, float64(int64(tm)), tm, "an integer")
+		assert.Positive(t, tm)
+		assert.GreaterOrEqual(t, tm, lastT)
+		lastT = tm
 	}
 	assert.Equal(t, []string{"malloc_before", "alloc_before", "alloc_after", "malloc_after", "free_before", "free_after"}, names)
 	assert.Equal(t, float64(4000), lines[0]["size"])
@@ -211,8 +219,10 @@ func TestRecordedTraceReplaysToTheSameCounters(t *testing.T) {
 	require.NoError(t, rec.Flush())
 	want := p.Stats()
 
+	assert.True(t, strings.HasPrefix(out.String(), "op\tid\tsize\tt\n"), "a timed trace")
 	events, err := trace.Read(&out)
 	require.NoError(t, err)
+	withoutTimes(t, events) // every event has a time, in order
 	sum := trace.Summarize(events)
 	assert.Equal(t, 400, sum.Allocs)
 	assert.Equal(t, 400, sum.Frees)

@@ -1,0 +1,218 @@
+package memhooks_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/clpool/clpool/mempool"
+	"github.com/clpool/clpool/mempool/memhooks"
+	"github.com/clpool/clpool/trace"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A History is a hook, and what a pool's Snapshot looks for.
+var (
+	_ mempool.Hook                         = (*memhooks.History)(nil)
+	_ interface{ History() []trace.Event } = (*memhooks.History)(nil)
+)
+
+// malloc and free are the events a pool sends for a block, without a pool.
+func malloc(block uint64, size, allocSize int64) mempool.Event {
+	return mempool.Event{Kind: mempool.MallocAfter, Size: size, AllocSize: allocSize, BlockID: block}
+}
+
+func free(block uint64, size, allocSize int64) mempool.Event {
+	return mempool.Event{Kind: mempool.FreeBefore, Size: size, AllocSize: allocSize, BlockID: block}
+}
+
+// withoutTimes returns events with their times zeroed, after checking
+// that the times are set and never go down.
+func withoutTimes(t *testing.T, events []trace.Event) []trace.Event {
+	t.Helper()
+	out := slices.Clone(events)
+	for i := range out {
+		require.Positive(t, out[i].Time, "event %d", i)
+		if i > 0 {
+			require.GreaterOrEqual(t, out[i].Time, out[i-1].Time, "event %d", i)
+		}
+		out[i].Time = 0
+	}
+	return out
+}
+
+func TestHistoryKeepsTheLastEventsOldestFirst(t *testing.T) {
+	h := memhooks.NewHistory(4)
+	assert.Empty(t, h.Events())
+
+	h.Handle(free(99, 8, 8)) // handed out before the History was added: not recorded
+	h.Handle(mempool.Event{Kind: mempool.MallocAfter, Size: 8, BlockID: 50, Err: mempool.ErrOutOfMemory})
+	h.Handle(mempool.Event{Kind: mempool.MallocBefore, Size: 8})
+	h.Handle(malloc(10, 100, 512))
+	h.Handle(malloc(20, 200, 512))
+	assert.Equal(t, []trace.Event{
+		{Op: trace.Alloc, ID: 1, Size: 100},
+		{Op: trace.Alloc, ID: 2, Size: 200},
+	}, withoutTimes(t, h.Events()), "not full yet")
+
+	h.Handle(free(10, 100, 512))
+	h.Handle(malloc(10, 300, 1024)) // the same block ID again: a new trace id
+	h.Handle(free(20, 200, 512))
+	h.Handle(free(10, 300, 1024))
+	want := []trace.Event{
+		{Op: trace.Free, ID: 1},
+		{Op: trace.Alloc, ID: 3, Size: 300},
+		{Op: trace.Free, ID: 2},
+		{Op: trace.Free, ID: 3},
+	}
+	assert.Equal(t, want, withoutTimes(t, h.Events()), "wrapped around once")
+	assert.Equal(t, h.Events(), h.History())
+
+	entries := h.Entries()
+	require.Len(t, entries, 4)
+	assert.Equal(t, []int64{512, 1024, 512, 1024}, []int64{entries[0].AllocSize, entries[1].AllocSize, entries[2].AllocSize, entries[3].AllocSize})
+	data, err := json.Marshal(entries[1])
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"op":"a","id":3,"size":300,"t":`+jsonInt(entries[1].Time.Nanoseconds())+`,"alloc_size":1024}`, string(data))
+
+	for i := range 10 { // many times around
+		h.Handle(malloc(uint64(i+100), int64(i), 512))
+	}
+	events := withoutTimes(t, h.Events())
+	assert.Equal(t, []trace.Event{
+		{Op: trace.Alloc, ID: 10, Size: 6}, {Op: trace.Alloc, ID: 11, Size: 7},
+		{Op: trace.Alloc, ID: 12, Size: 8}, {Op: trace.Alloc, ID: 13, Size: 9},
+	}, events)
+}
+
+func jsonInt(n int64) string {
+	data, _ := json.Marshal(n)
+	return string(data)
+}
+
+func TestNewHistoryPanicsOnAnEmptyRing(t *testing.T) {
+	assert.PanicsWithValue(t, "memhooks: NewHistory: n is 0, want at least 1", func() { memhooks.NewHistory(0) })
+	assert.Panics(t, func() { memhooks.NewHistory(-1) })
+}
+
+func TestHistoryWriteTraceLeavesOutFreesOfBlocksItForgot(t *testing.T) {
+	h := memhooks.NewHistory(4)
+	h.Handle(malloc(1, 100, 512)) // id 1: leaves the ring
+	h.Handle(malloc(2, 200, 512)) // id 2: leaves the ring
+	h.Handle(malloc(3, 300, 512)) // id 3
+	h.Handle(free(1, 100, 512))
+	h.Handle(free(3, 300, 512))
+	h.Handle(malloc(4, 400, 512)) // id 4, left live
+	require.Len(t, h.Events(), 4)
+
+	var out bytes.Buffer
+	require.NoError(t, h.WriteTrace(&out))
+	assert.Regexp(t, `^op\tid\tsize\tt\na\t3\t300\t\d+\nf\t3\t0\t\d+\na\t4\t400\t\d+\n$`, out.String())
+	events, err := trace.Read(&out)
+	require.NoError(t, err)
+	assert.True(t, trace.Timed(events))
+	all := h.Events()
+	assert.Equal(t, []trace.Event{all[0], all[2], all[3]}, events, "the free of block 1 is left out, the rest as recorded")
+}
+
+func TestHistoryWriteTraceOfNothingWritesNothing(t *testing.T) {
+	var out bytes.Buffer
+	require.NoError(t, memhooks.NewHistory(8).WriteTrace(&out))
+	assert.Empty(t, out.String())
+}
+
+// TestHistoryIsSafeForConcurrentUse is for -race: goroutines allocate and
+// free while others read; every event is counted and the ring keeps the
+// last ones in time order.
+func TestHistoryIsSafeForConcurrentUse(t *testing.T) {
+	const goroutines, blocks, n = 8, 500, 100
+	h := memhooks.NewHistory(n)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range blocks {
+				id := uint64(g*blocks + i + 1)
+				h.Handle(malloc(id, 64, 64))
+				h.Handle(free(id, 64, 64))
+				if i%50 == 0 {
+					h.Events()
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 100 {
+			var out bytes.Buffer
+			if !assert.NoError(t, h.WriteTrace(&out)) {
+				return
+			}
+			_, err := trace.Read(&out)
+			assert.NoError(t, err)
+		}
+	})
+	wg.Wait()
+
+	events := h.Events()
+	require.Len(t, events, n)
+	withoutTimes(t, events)
+	var maxID int64
+	for _, ev := range events {
+		maxID = max(maxID, ev.ID)
+	}
+	assert.Equal(t, int64(goroutines*blocks), maxID, "every allocation was numbered")
+	assert.Equal(t, trace.Free, events[n-1].Op, "each goroutine ends with a free")
+}
+
+func TestHistoryAllocatesNothingPerEventOnceFull(t *testing.T) {
+	h := memhooks.NewHistory(256)
+	for i := range 1000 { // fill the ring, and the map of live ids
+		h.Handle(malloc(uint64(i%4+1), 64, 64))
+		h.Handle(free(uint64(i%4+1), 64, 64))
+	}
+	allocs := testing.AllocsPerRun(1000, func() {
+		h.Handle(malloc(7, 64, 64))
+		h.Handle(free(7, 64, 64))
+	})
+	assert.Zero(t, allocs)
+}
+
+func TestHistoryOnAPoolWritesATraceThatReplays(t *testing.T) {
+	p := newPool(t)
+	h := memhooks.NewHistory(50)
+	before, err := p.Allocate(64) // handed out before the History: its free is not recorded
+	require.NoError(t, err)
+	p.AddHook(h)
+	require.NoError(t, before.Close())
+
+	var window []*mempool.PooledBuffer
+	for i := range 200 {
+		b, err := p.Allocate(int64(100 + (i*37)%5000))
+		require.NoError(t, err)
+		window = append(window, b)
+		if len(window) > 5 {
+			require.NoError(t, window[0].Close())
+			window = window[1:]
+		}
+	}
+	entries := h.Entries()
+	require.Len(t, entries, 50)
+	for _, e := range entries {
+		assert.GreaterOrEqual(t, e.AllocSize, e.Size)
+	}
+	last := entries[len(entries)-1]
+	assert.Equal(t, trace.Event{Op: trace.Free, ID: 195}, trace.Event{Op: last.Op, ID: last.ID}, "allocations numbered 1, 2, ... from when the History was added")
+
+	var out bytes.Buffer
+	require.NoError(t, h.WriteTrace(&out))
+	events, err := trace.Read(&out)
+	require.NoError(t, err)
+	assert.NotEmpty(t, events)
+	p2 := newPool(t)
+	require.NoError(t, trace.Replay(events, p2.Allocate, (*mempool.PooledBuffer).Close))
+	for _, b := range window {
+		require.NoError(t, b.Close())
+	}
+}
