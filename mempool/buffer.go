@@ -3,6 +3,7 @@ package mempool
 import (
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -99,7 +100,7 @@ func (b *PooledBuffer) ID() uint64 { return uint64(uintptr(unsafe.Pointer(b))) }
 // calling it while another goroutine Closes the buffer is a misuse that
 // the race detector reports.
 func (b *PooledBuffer) Buffer() *cl.Buffer {
-	if b.size < 0 {
+	if b.closedMark() < 0 {
 		return nil
 	}
 	blk := b.blk
@@ -122,7 +123,7 @@ func (b *PooledBuffer) Buffer() *cl.Buffer {
 // nil after Close. The block's bytes start at Offset in it. With exact
 // bins, Base is Buffer and Offset is 0.
 func (b *PooledBuffer) Base() *cl.Buffer {
-	if b.size < 0 {
+	if b.closedMark() < 0 {
 		return nil
 	}
 	return b.blk.Seg.Data
@@ -131,7 +132,7 @@ func (b *PooledBuffer) Base() *cl.Buffer {
 // Offset returns where the block starts in Base, in bytes: a multiple of
 // the device's base-address alignment; 0 after Close.
 func (b *PooledBuffer) Offset() int64 {
-	if b.size < 0 {
+	if b.closedMark() < 0 {
 		return 0
 	}
 	return b.blk.Off
@@ -139,14 +140,19 @@ func (b *PooledBuffer) Offset() int64 {
 
 // Size returns the size that was requested.
 func (b *PooledBuffer) Size() int64 {
-	if b.size < 0 {
-		return ^b.size
+	if n := b.closedMark(); n < 0 {
+		return ^n
+	} else {
+		return n
 	}
-	return b.size
 }
 
 // Closed reports whether Close has been called.
-func (b *PooledBuffer) Closed() bool { return b.size < 0 }
+func (b *PooledBuffer) Closed() bool { return b.closedMark() < 0 }
+
+// closedMark returns the size field, negative once closed: Close marks it
+// with a compare-and-swap, outside any lock (see give).
+func (b *PooledBuffer) closedMark() int64 { return atomic.LoadInt64(&b.size) }
 
 // Close gives the block back to the pool. A second Close returns ErrClosed.
 // After StopHolding, Close frees the block's segment once it is wholly

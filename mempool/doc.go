@@ -144,9 +144,21 @@
 //     costs much more when goroutines contend for the runtime's own lock
 //     than when the pool's lock lines them up: a pool per goroutine is more
 //     than twice as slow per operation as one shared pool.
-//   - Without drop safety, a pool per goroutine (over one allocator) shares
-//     nothing on the hot path and scales. Blocks held by one pool are then
-//     invisible to the others, so a program holds more memory in all.
+//   - Without drop safety, give each goroutine a queue of its own and
+//     allocate through Pool.On (or pool.Allocate over an allocator of that
+//     queue). Each queue then keeps a small cache of its own: up to 16
+//     small blocks (1 MiB at most) given back on it wait there, and a
+//     request on the queue for a block of exactly that size takes one
+//     back under the queue's lock alone. The counters still see every
+//     operation in each queue's order (replayed under the pool's lock
+//     every few dozen operations, and before Stats), and a request the
+//     pool cannot otherwise serve, FreeHeld and the out-of-memory ladder
+//     first give every cached block back to the pool, so memory is still
+//     reused across queues. Blocks in a cache count as held; in an arena
+//     they wait unmerged until then.
+//   - A pool per goroutine (over one allocator) shares nothing at all, but
+//     blocks held by one pool are invisible to the others, so a program
+//     holds more memory in all.
 //
 // # Misuse
 //

@@ -11,6 +11,12 @@ type ledger struct {
 
 	segs    map[*segment]int64 // every segment the pool owns, with its ID (for Snapshot)
 	lastSeg int64              // the last ID given
+
+	// The blocks in queue caches (qcache.go), small and large, and those
+	// of them that are inactive splits: held blocks the policy does not
+	// see.
+	cached, cachedSplit           [2]int
+	cachedBytes, cachedSplitBytes [2]int64
 }
 
 // hit counts a request served by a free block, now active.
@@ -125,18 +131,57 @@ func (l *ledger) oomRefused() { l.s.OOMs++ }
 func (l *ledger) setHolding(on bool) { l.s.Holding = on }
 
 // sync brings the held blocks and the inactive splits up to the policy's
-// free set, c.
+// free set, c, and the queue caches'.
 func (l *ledger) sync(c *policy.Counts) {
-	l.s.HeldBlocks, l.s.HeldBytes = c.FreeBlocks, c.FreeBytes
-	if c.SplitBlocks == l.split && c.SplitBytes == l.splitBytes {
+	l.s.HeldBlocks = c.FreeBlocks + l.cached[0] + l.cached[1]
+	l.s.HeldBytes = c.FreeBytes + l.cachedBytes[0] + l.cachedBytes[1]
+	split, splitBytes := c.SplitBlocks, c.SplitBytes
+	for i := range 2 {
+		split[i] += l.cachedSplit[i]
+		splitBytes[i] += l.cachedSplitBytes[i]
+	}
+	if split == l.split && splitBytes == l.splitBytes {
 		return
 	}
 	for i := range 2 {
 		large := i == 1
-		l.s.InactiveSplit.move(large, int64(c.SplitBlocks[i]-l.split[i]))
-		l.s.InactiveSplitBytes.move(large, c.SplitBytes[i]-l.splitBytes[i])
+		l.s.InactiveSplit.move(large, int64(split[i]-l.split[i]))
+		l.s.InactiveSplitBytes.move(large, splitBytes[i]-l.splitBytes[i])
 	}
-	l.split, l.splitBytes = c.SplitBlocks, c.SplitBytes
+	l.split, l.splitBytes = split, splitBytes
+}
+
+// cacheHit counts a request on queue r served from r's cache by b.
+func (l *ledger) cacheHit(b *block, size int64, r *qstate) {
+	l.request(r, true)
+	l.hit(b, size)
+	l.cache(b, r, -1)
+}
+
+// cachePut counts b, of a request of size, given back into r's cache.
+func (l *ledger) cachePut(b *block, size int64, r *qstate) {
+	l.deactivate(b, size)
+	l.cache(b, r, +1)
+}
+
+// uncache counts b leaving r's cache for the policy.
+func (l *ledger) uncache(b *block, r *qstate) { l.cache(b, r, -1) }
+
+// cache moves b (d = +1) into or (d = -1) out of r's cache. Whether b is
+// an inactive split cannot change while it is there: the policy sees it
+// as active, so its segment keeps its other blocks.
+func (l *ledger) cache(b *block, r *qstate, d int) {
+	i := 0
+	if !b.Seg.Small {
+		i = 1
+	}
+	l.cached[i] += d
+	l.cachedBytes[i] += int64(d) * b.Size
+	if b.Seg.Split() {
+		l.cachedSplit[i] += d
+		l.cachedSplitBytes[i] += int64(d) * b.Size
+	}
+	l.s.Queues[r.id-1].Cached += int64(d)
 }
 
 // resetPeak sets every peak to its current value, as

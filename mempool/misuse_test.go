@@ -280,6 +280,7 @@ func TestSetLimit(t *testing.T) {
 // SetLimit may race requests: the limit holds all along.
 func TestSetLimitWhileAllocating(t *testing.T) {
 	f := newFixture(t, nil)
+	require.NoError(t, f.pool.SetLimit(binSize(4096)))
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	wg.Add(1)

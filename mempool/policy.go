@@ -17,7 +17,8 @@ type (
 // policies (policy.Bins, the default, and policy.Arenas, WithArena) keep
 // their own structures and no statistics; the pool calls them under p.mu.
 type placement interface {
-	// BlockSize returns the bytes of the block that serves size.
+	// BlockSize returns the bytes of the block that serves size. It
+	// reads nothing that changes: the pool calls it without p.mu.
 	BlockSize(size int64) int64
 	// GetOn takes a free block for size out of the free set, or returns
 	// nil; it may prefer blocks that only queue q may still use.

@@ -33,6 +33,7 @@ type Pool struct {
 	limitSet    bool    // WithLimit or WithLimitFraction was given
 	dropSafety  bool
 	hooks       atomic.Pointer[[]*hookEntry] // nil when none: the hot path checks only that
+	caching     atomic.Bool                  // queue caches take blocks (qcache.go); changed under p.mu
 	hooksMu     sync.Mutex                   // serializes AddHook and its remove
 
 	defq *qstate // the allocator's queue, where pool.Allocate allocates; nil if none
@@ -117,6 +118,7 @@ func New(a allocator.Allocator, opts ...Option) (*Pool, error) {
 	}
 	p.align = arenaAlignment(p.device)
 	p.pol = p.newPlacement()
+	p.caching.Store(!p.dropSafety)
 	p.l.s = Stats{Policy: "bins", LeadingBits: p.leadingBits, MaxSplitSize: p.maxSplit, Limit: p.limit, Holding: true}
 	if p.arena {
 		p.l.s.Policy = "arena"
@@ -153,24 +155,38 @@ func (p *Pool) allocate(size int64, r *qstate) (*PooledBuffer, error) {
 		return nil, err
 	}
 	hooks := p.hooks.Load()
+	if hooks == nil && r != nil {
+		if pb := p.allocateCached(size, r); pb != nil {
+			return pb, nil
+		}
+	}
 	if hooks != nil {
 		if err := p.emit(hooks, Event{Kind: MallocBefore, Size: size, AllocSize: p.blockSize(size)}); err != nil {
 			return nil, p.mallocFailed(hooks, size, err)
 		}
 	}
 	pb := p.newPooledBuffer()
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil, p.mallocFailed(hooks, size, ErrPoolClosed)
-	}
-	if b := p.pol.GetOn(size, r.idOrNone()); b != nil {
-		p.l.request(r, true)
-		pb, err := p.hitUnlock(b, size, pb, r)
-		if err != nil {
-			return nil, p.mallocFailed(hooks, size, err)
+	p.lockReplayed(r)
+	for drained := false; ; drained = true {
+		if p.closed {
+			p.mu.Unlock()
+			return nil, p.mallocFailed(hooks, size, ErrPoolClosed)
 		}
-		return p.wrap(hooks, pb, b, size, r)
+		if b := p.pol.GetOn(size, r.idOrNone()); b != nil {
+			p.l.request(r, true)
+			pb, err := p.hitUnlock(b, size, pb, r)
+			if err != nil {
+				return nil, p.mallocFailed(hooks, size, err)
+			}
+			return p.wrap(hooks, pb, b, size, r)
+		}
+		if drained {
+			break
+		}
+		// Blocks waiting in queue caches may serve the request.
+		p.mu.Unlock()
+		p.drainCaches()
+		p.lockReplayed(r)
 	}
 	p.l.miss()
 	p.l.request(r, false)
@@ -247,9 +263,7 @@ func (p *Pool) handOver(uses []policy.Use, r *qstate, pb *PooledBuffer, b *block
 // blockSize returns the bytes of the block a request of size gets (see
 // newSegmentLocked for requests near the device's limit).
 func (p *Pool) blockSize(size int64) int64 {
-	p.mu.Lock()
 	n := p.pol.BlockSize(size)
-	p.mu.Unlock()
 	if p.maxAlloc > 0 && n > p.maxAlloc && size <= p.maxAlloc {
 		return max(size, 1)
 	}
@@ -400,7 +414,7 @@ func (p *Pool) reserve(size int64, seg *segment) error {
 		seg.Size = smaller
 	}
 	p.mu.Unlock()
-	collected := false
+	collected, drained := false, false
 	for {
 		p.mu.Lock()
 		if p.limit == 0 || seg.Size <= p.limit-p.l.reserved() {
@@ -414,6 +428,9 @@ func (p *Pool) reserve(size int64, seg *segment) error {
 		switch {
 		case s != nil:
 			p.freeSegments([]*segment{s}, stale)
+		case !drained:
+			drained = true
+			p.drainCaches()
 		case !collected:
 			collected = true
 			p.collectDropped()
@@ -478,14 +495,15 @@ func (p *Pool) putBack(pb *PooledBuffer, keepUses bool) error { return p.give(pb
 
 // give is put, with the hooks to tell and whether to record pb's uses.
 func (p *Pool) give(pb *PooledBuffer, hooks hookList, record bool) error {
-	p.mu.Lock()
-	size := pb.size
-	if size < 0 {
-		p.mu.Unlock()
-		return ErrClosed
+	size := atomic.LoadInt64(&pb.size)
+	if size < 0 || !atomic.CompareAndSwapInt64(&pb.size, size, ^size) {
+		return ErrClosed // closed before the hook: a racing Close gets ErrClosed
 	}
 	b := pb.blk
-	pb.size = ^size // closed before the hook: a racing Close gets ErrClosed
+	if hooks == nil && record && p.putCached(b, size, pb.q) {
+		return nil
+	}
+	p.lockReplayed(pb.q)
 	if p.dropSafety {
 		runtime.SetFinalizer(pb, nil) // under p.mu: see handOutLocked
 	}
@@ -546,6 +564,7 @@ func (p *Pool) forgetLocked(segs ...*segment) (stale []*cl.Buffer) {
 // freeLargestHeld frees the largest wholly free segment, and reports
 // whether there was one.
 func (p *Pool) freeLargestHeld() bool {
+	p.drainCaches()
 	p.mu.Lock()
 	s := p.pol.TakeLargest()
 	stale := p.forgetLocked(s)
@@ -589,6 +608,7 @@ func (p *Pool) FreeHeld() error {
 // freeHeldWhile frees wholly free segments, largest first, while more()
 // says so (it is called under p.mu).
 func (p *Pool) freeHeldWhile(more func() bool) error {
+	p.drainCaches()
 	p.mu.Lock()
 	var segs []*segment
 	for more() {
@@ -608,6 +628,7 @@ func (p *Pool) freeHeldWhile(more func() bool) error {
 // they become wholly free instead of holding them. It cannot be undone;
 // Allocate still works. It returns FreeHeld's error.
 func (p *Pool) StopHolding() error {
+	p.caching.Store(false)
 	p.mu.Lock()
 	p.holding = false
 	p.l.setHolding(false)
@@ -621,6 +642,7 @@ func (p *Pool) StopHolding() error {
 // it held and of releasing its queues' events, joined. Close is
 // idempotent: a second Close frees nothing more and returns nil.
 func (p *Pool) Close() error {
+	p.caching.Store(false)
 	p.mu.Lock()
 	p.closed = true
 	queues := p.queues
@@ -634,6 +656,7 @@ func (p *Pool) Close() error {
 
 // Stats returns a snapshot of the pool's counters.
 func (p *Pool) Stats() Stats {
+	p.replayAll()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.snapshot()
@@ -662,9 +685,13 @@ func (p *Pool) HeldBytes() int64 { return p.Stats().HeldBytes }
 // WithArena, of the size class of the largest free block), and whether
 // there is one.
 func (p *Pool) LargestHeldBin() (uint32, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if n := p.pol.LargestFree(); n > 0 {
+	qs, cached := p.lockCaches()
+	defer p.unlockCaches(qs)
+	n := p.pol.LargestFree()
+	for b := range cached {
+		n = max(n, b.Size)
+	}
+	if n > 0 {
 		return BinNumber(n, p.leadingBits), true
 	}
 	return 0, false

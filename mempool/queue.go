@@ -39,6 +39,8 @@ type qstate struct {
 	markerSeq uint64     // its number
 	done      bool       // it has been seen complete
 	closed    bool       // the pool is closed: keep no marker
+
+	c qcache // the queue's cache of blocks given back on it
 }
 
 // QueueStats are the figures of one queue, in Stats.Queues.
@@ -52,6 +54,8 @@ type QueueStats struct {
 	// Markers enqueued on the queue, and host waits for one of them (for
 	// requests on no queue).
 	Markers, HostWaits int64
+	// Blocks held in the queue's own cache (see the package doc).
+	Cached int64
 }
 
 // QueueAllocator allocates from a Pool for use on one command queue: the
@@ -130,10 +134,18 @@ func (p *Pool) context() *cl.Context {
 }
 
 // defaultQueue is the queue of the pool's allocator, if it has one
-// (allocator.Immediate does): pool.Allocate allocates on it.
+// (allocator.Immediate does, and wrappers that Unwrap to it): pool.Allocate
+// allocates on it.
 func defaultQueue(a allocator.Allocator) *cl.CommandQueue {
-	if q, ok := a.(interface{ Queue() *cl.CommandQueue }); ok {
-		return q.Queue()
+	for a != nil {
+		if q, ok := a.(interface{ Queue() *cl.CommandQueue }); ok {
+			return q.Queue()
+		}
+		u, ok := a.(interface{ Unwrap() allocator.Allocator })
+		if !ok {
+			return nil
+		}
+		a = u.Unwrap()
 	}
 	return nil
 }
@@ -286,7 +298,7 @@ func (b *PooledBuffer) RecordQueue(q *cl.CommandQueue) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if b.size < 0 {
+	if b.closedMark() < 0 {
 		return ErrClosed
 	}
 	if qs == b.q {
@@ -312,6 +324,7 @@ func (b *PooledBuffer) Queue() *cl.CommandQueue {
 
 // freeHeldIf frees the wholly free segments whose block pred accepts.
 func (p *Pool) freeHeldIf(pred func(*block) bool) error {
+	p.drainCaches()
 	p.mu.Lock()
 	var segs []*segment
 	for s := p.pol.TakeFreeIf(pred); s != nil; s = p.pol.TakeFreeIf(pred) {

@@ -17,7 +17,13 @@ import (
 var policies = []struct {
 	name string
 	opts []mempool.Option
-}{{"bins", nil}, {"arena", []mempool.Option{mempool.WithArena()}}}
+}{
+	{"bins", nil},
+	{"arena", []mempool.Option{mempool.WithArena()}},
+	// Without drop safety, blocks given back wait in their queue's cache.
+	{"bins/cached", []mempool.Option{mempool.WithDropSafety(false)}},
+	{"arena/cached", []mempool.Option{mempool.WithArena(), mempool.WithDropSafety(false)}},
+}
 
 // allOnes returns n ones.
 func allOnes(n int) []int32 {
@@ -44,6 +50,9 @@ func fillWait(t *testing.T, q *cl.CommandQueue, b *mempool.PooledBuffer, v int32
 func TestCrossQueueReuseWaitsForTheKernel(t *testing.T) {
 	for _, pol := range policies {
 		t.Run(pol.name, func(t *testing.T) {
+			if pol.name == "arena/cached" {
+				t.Skip("the arena serves queue B from the segment's free space while the block waits in A's cache: no reuse to order (bins/cached covers the drain)")
+			}
 			f := newFixture(t, nil, pol.opts...)
 			qa, qb := f.q, cltest.SecondQueue(t, f.q, 0)
 			k := cltest.SlowReadKernel(t, qa)
@@ -108,7 +117,10 @@ func TestSameQueueReuseMakesNoMarker(t *testing.T) {
 			}
 			s := f.pool.Stats()
 			require.Len(t, s.Queues, 1)
-			assert.Equal(t, mempool.QueueStats{Queue: f.q, Requests: 10, Hits: 9}, s.Queues[0])
+			qs := s.Queues[0]
+			assert.LessOrEqual(t, qs.Cached, int64(1), "the block waits in the queue's cache, if it has one")
+			qs.Cached = 0
+			assert.Equal(t, mempool.QueueStats{Queue: f.q, Requests: 10, Hits: 9}, qs)
 		})
 	}
 }
@@ -165,7 +177,7 @@ func TestOutOfOrderQueueReuseIsOrdered(t *testing.T) {
 		require.NoError(t, b.Close())
 	}
 	require.NoError(t, ooo.Finish())
-	qs := f.pool.Stats().Queues[0]
+	qs := queueStats(t, f.pool.Stats(), ooo)
 	assert.Equal(t, int64(2), qs.Handovers, "every reuse on an out-of-order queue")
 	assert.Equal(t, int64(2), qs.Ready+qs.Barriers)
 }
@@ -173,7 +185,8 @@ func TestOutOfOrderQueueReuseIsOrdered(t *testing.T) {
 // A request on no queue (pool.Allocate over an allocator without one)
 // waits on the host for a block last used on a queue.
 func TestNoQueueRequestWaitsOnTheHost(t *testing.T) {
-	f := newFixture(t, nil)
+	// The wrapper shows the allocator's methods only: not its queue.
+	f := newFixture(t, func(a allocator.Allocator) allocator.Allocator { return struct{ allocator.Allocator }{a} })
 	b, err := f.pool.On(f.q).Allocate(4096)
 	require.NoError(t, err)
 	require.NoError(t, b.Close())
@@ -277,7 +290,7 @@ func TestEightQueuesStress(t *testing.T) {
 				require.NoError(t, err)
 			}
 			s := f.pool.Stats()
-			require.Len(t, s.Queues, goroutines)
+			require.Len(t, s.Queues, goroutines+1, "the allocator's queue, and the goroutines'")
 			var requests, hits, handovers int64
 			for _, qs := range s.Queues {
 				requests += qs.Requests

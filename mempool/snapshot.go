@@ -72,7 +72,7 @@ type historyKeeper interface {
 // It holds the pool's lock while it walks them: a snapshot is for looking,
 // not for a hot path.
 func (p *Pool) Snapshot() Snapshot {
-	p.mu.Lock()
+	qs, cached := p.lockCaches()
 	st := p.snapshot()
 	s := Snapshot{
 		Time:         time.Now(),
@@ -84,11 +84,14 @@ func (p *Pool) Snapshot() Snapshot {
 	}
 	for seg, id := range p.l.segs {
 		ss := SegmentSnapshot{ID: id, Size: seg.Size, Small: seg.Small}
-		whollyFree := seg.WhollyFree()
+		whollyFree := true
+		for b := range seg.Blocks() {
+			whollyFree = whollyFree && (b.IsFree() || cached[b])
+		}
 		for b := range seg.Blocks() {
 			bs := BlockSnapshot{Offset: b.Off, Size: b.Size}
 			switch {
-			case !b.IsFree():
+			case !b.IsFree() && !cached[b]:
 				bs.State, bs.Requested, bs.Queue, bs.ID = StateActive, b.Requested, int(b.Queue), b.Owner
 			case whollyFree:
 				bs.State = StateHeld
@@ -99,7 +102,7 @@ func (p *Pool) Snapshot() Snapshot {
 		}
 		s.Segments = append(s.Segments, ss)
 	}
-	p.mu.Unlock()
+	p.unlockCaches(qs)
 
 	slices.SortFunc(s.Segments, func(a, b SegmentSnapshot) int { return cmp.Compare(a.ID, b.ID) })
 	if p.device != nil {

@@ -85,7 +85,7 @@ func TestSnapshotOfExactBins(t *testing.T) {
 	assert.Equal(t, "bins", s.Policy)
 	require.Len(t, s.Segments, 2)
 	assert.Equal(t, []mempool.BlockSnapshot{{Size: binSize(1000), State: mempool.StateHeld}}, s.Segments[0].Blocks)
-	assert.Equal(t, []mempool.BlockSnapshot{{Size: binSize(100), Requested: 100, State: mempool.StateActive, ID: b.ID()}}, s.Segments[1].Blocks)
+	assert.Equal(t, []mempool.BlockSnapshot{{Size: binSize(100), Requested: 100, State: mempool.StateActive, Queue: 1, ID: b.ID()}}, s.Segments[1].Blocks)
 	assert.Equal(t, []int64{1, 2}, []int64{s.Segments[0].ID, s.Segments[1].ID})
 
 	require.NoError(t, f.pool.FreeHeld())

@@ -198,6 +198,7 @@ func (p *Pool) MemoryStats() map[string]int64 {
 // ResetPeak sets every peak to its current value, as
 // torch.cuda.reset_peak_memory_stats does.
 func (p *Pool) ResetPeak() {
+	p.replayAll()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.l.resetPeak()
@@ -207,6 +208,7 @@ func (p *Pool) ResetPeak() {
 // Stat, hits, misses, device allocations and frees, retries and refusals),
 // as torch.cuda.reset_accumulated_memory_stats does.
 func (p *Pool) ResetAccumulated() {
+	p.replayAll()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.l.resetAccumulated()

@@ -1,0 +1,222 @@
+package mempool
+
+import (
+	"sync"
+
+	"github.com/clpool/clpool/mempool/internal/policy"
+)
+
+// This file is each queue's own cache, so that goroutines allocating on
+// different queues do not contend for the pool's lock. A small block
+// given back on an in-order queue waits in that queue's cache; a request
+// on the queue for a block of exactly its size takes it back under the
+// queue's lock alone: reuse on one in-order queue needs no ordering, and
+// the block's sub-buffer stays with it.
+//
+// The ledger still sees every operation, in each queue's order: the cache
+// logs what it did and replays the log into the ledger under p.mu every
+// logMax operations, before any operation of the queue that takes p.mu,
+// and before Stats. Blocks in a cache count as held. A request the pool
+// cannot serve from what the policy holds first drains every cache back
+// into the policy, and so do FreeHeld and the out-of-memory ladder, so
+// cached memory is reused across queues and freed like any held block.
+//
+// The cache works only where a hit costs nothing else: without drop
+// safety (finalizers are cheaper under one lock, see handOutLocked), with
+// no hook registered, while the pool holds blocks.
+//
+// Lock order: a queue's c.mu, then p.mu; never the other way.
+
+// Limits of a queue's cache.
+const (
+	cacheBlocks   = 16                  // blocks a queue's cache holds
+	cacheMaxBlock = policy.SmallRequest // the largest block it holds
+	logMax        = 32                  // operations logged before a replay
+)
+
+// qcache is a queue's cache.
+type qcache struct {
+	mu     sync.Mutex // protects the fields below
+	blocks []*block   // given back on the queue, newest last
+	log    []logged   // operations not yet in the ledger, oldest first
+	slab   []PooledBuffer
+}
+
+// logged is an operation of the cache, for the ledger.
+type logged struct {
+	b    *block
+	size int64 // the request's
+	hit  bool  // handed out from the cache; else given back into it
+}
+
+// allocateCached serves a request of size on r from r's cache, or
+// returns nil. The caller checked that hooks are off.
+func (p *Pool) allocateCached(size int64, r *qstate) *PooledBuffer {
+	n := p.pol.BlockSize(size)
+	if n > cacheMaxBlock || r.ooo {
+		return nil
+	}
+	c := &r.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !p.caching.Load() {
+		return nil
+	}
+	i := len(c.blocks) - 1
+	for i >= 0 && c.blocks[i].Size != n {
+		i--
+	}
+	if i < 0 {
+		return nil
+	}
+	b := c.blocks[i]
+	c.blocks = append(c.blocks[:i], c.blocks[i+1:]...)
+	b.Uses = b.Uses[:0] // only r used it, in order
+	if len(c.slab) == 0 {
+		c.slab = make([]PooledBuffer, slabSize)
+	}
+	pb := &c.slab[0]
+	c.slab = c.slab[1:]
+	*pb = PooledBuffer{pool: p, blk: b, size: size, q: r}
+	noteLocked(b, size, r, pb)
+	p.logLocked(r, logged{b: b, size: size, hit: true})
+	return pb
+}
+
+// putCached gives b, of a request of size, back into the cache of its
+// queue r, and reports whether it did. The caller marked the buffer
+// closed and checked that hooks are off.
+func (p *Pool) putCached(b *block, size int64, r *qstate) bool {
+	if r == nil || r.ooo || len(b.Uses) != 0 || b.Size > cacheMaxBlock || b.Seg.Oversize || b.Seg.Exact {
+		return false
+	}
+	c := &r.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !p.caching.Load() || len(c.blocks) == cacheBlocks {
+		return false
+	}
+	b.Uses = append(b.Uses, policy.Use{Queue: r.id, Seq: r.seq.Load()})
+	c.blocks = append(c.blocks, b)
+	p.logLocked(r, logged{b: b, size: size})
+	return true
+}
+
+// logLocked logs e on r's cache, replaying the log once it is full.
+// r.c.mu must be held.
+func (p *Pool) logLocked(r *qstate, e logged) {
+	r.c.log = append(r.c.log, e)
+	if len(r.c.log) == logMax {
+		p.mu.Lock()
+		p.replayLocked(r)
+		p.mu.Unlock()
+	}
+}
+
+// replayLocked brings r's logged operations into the ledger. r.c.mu and
+// p.mu must be held.
+func (p *Pool) replayLocked(r *qstate) {
+	if len(r.c.log) == 0 {
+		return
+	}
+	for _, e := range r.c.log {
+		if e.hit {
+			p.l.cacheHit(e.b, e.size, r)
+		} else {
+			p.l.cachePut(e.b, e.size, r)
+		}
+	}
+	clear(r.c.log)
+	r.c.log = r.c.log[:0]
+	p.l.sync(p.pol.Counts())
+}
+
+// lockReplayed takes p.mu for an operation on queue r (nil: none), with
+// r's logged operations in the ledger first, so that the ledger sees the
+// queue's operations in order.
+func (p *Pool) lockReplayed(r *qstate) {
+	if r == nil {
+		p.mu.Lock()
+		return
+	}
+	r.c.mu.Lock()
+	p.mu.Lock()
+	p.replayLocked(r)
+	r.c.mu.Unlock()
+}
+
+// queueList returns the pool's queues.
+func (p *Pool) queueList() []*qstate {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.queues
+}
+
+// replayAll brings every queue's logged operations into the ledger.
+func (p *Pool) replayAll() {
+	for _, qs := range p.queueList() {
+		p.lockReplayed(qs)
+		p.mu.Unlock()
+	}
+}
+
+// drainCaches gives every block in a queue's cache back to the policy,
+// and frees the segments that leaves wholly free if the pool no longer
+// holds blocks. It reports whether any block moved.
+func (p *Pool) drainCaches() (moved bool) {
+	for _, qs := range p.queueList() {
+		qs.c.mu.Lock()
+		if len(qs.c.blocks) == 0 && len(qs.c.log) == 0 {
+			qs.c.mu.Unlock()
+			continue
+		}
+		p.mu.Lock()
+		p.replayLocked(qs)
+		var gone []*segment
+		for _, b := range qs.c.blocks {
+			p.l.uncache(b, qs)
+			if s := p.pol.Put(b); s != nil {
+				gone = append(gone, s)
+			}
+		}
+		moved = moved || len(qs.c.blocks) > 0
+		clear(qs.c.blocks)
+		qs.c.blocks = qs.c.blocks[:0]
+		stale := p.forgetLocked(gone...)
+		p.mu.Unlock()
+		qs.c.mu.Unlock()
+		_ = p.freeSegments(gone, stale) // none today: cached blocks are never exact-size
+	}
+	return moved
+}
+
+// lockCaches locks every queue's cache, then p.mu, for a look at every
+// block (Snapshot); it returns the queues locked and the cached blocks.
+// unlockCaches undoes it.
+func (p *Pool) lockCaches() ([]*qstate, map[*block]bool) {
+	for {
+		qs := p.queueList()
+		for _, q := range qs {
+			q.c.mu.Lock()
+		}
+		p.mu.Lock()
+		if len(p.queues) == len(qs) {
+			cached := map[*block]bool{}
+			for _, q := range qs {
+				p.replayLocked(q)
+				for _, b := range q.c.blocks {
+					cached[b] = true
+				}
+			}
+			return qs, cached
+		}
+		p.unlockCaches(qs) // a queue came meanwhile: lock it too
+	}
+}
+
+func (p *Pool) unlockCaches(qs []*qstate) {
+	p.mu.Unlock()
+	for _, q := range qs {
+		q.c.mu.Unlock()
+	}
+}

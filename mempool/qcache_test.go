@@ -1,0 +1,198 @@
+package mempool_test
+
+import (
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/internal/cltest"
+	"github.com/clpool/clpool/mempool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// statsOf is Stats without what differs by design between a pool whose
+// queues cache blocks and one whose do not: the cache's own count, and
+// what depends on the shapes of free blocks, which an arena merges at once
+// but a cache keeps apart until drained (as the arena's quick lists do).
+func statsOf(p *mempool.Pool) mempool.Stats {
+	s := p.Stats()
+	for i := range s.Queues {
+		s.Queues[i].Cached = 0
+	}
+	s.Fragmentation = 0
+	if s.Policy == "arena" {
+		s.HeldBlocks = 0
+		s.InactiveSplit, s.InactiveSplitBytes = mempool.StatGroup{}, mempool.StatGroup{}
+	}
+	return s
+}
+
+// queueStats returns the figures of q in s.
+func queueStats(t *testing.T, s mempool.Stats, q *cl.CommandQueue) mempool.QueueStats {
+	t.Helper()
+	for _, qs := range s.Queues {
+		if qs.Queue == q {
+			return qs
+		}
+	}
+	t.Fatalf("no figures for queue %p", q)
+	return mempool.QueueStats{}
+}
+
+// The queue caches change where held blocks wait, not what the pool
+// counts: a random sequence on one queue gives the same statistics, peaks
+// included, step by step, with them (no drop safety) and without.
+func TestQueueCacheCountsLikeThePool(t *testing.T) {
+	for _, pol := range policies[:2] {
+		t.Run(pol.name, func(t *testing.T) {
+			plain := newFixture(t, nil, pol.opts...)
+			cached := newFixture(t, nil, append(pol.opts, mempool.WithDropSafety(false))...)
+			rng := rand.New(rand.NewPCG(1, 2))
+			var live [2][]*mempool.PooledBuffer
+			for step := range cltest.Size(plain.q, 300, 3000) {
+				if len(live[0]) > 0 && rng.IntN(2) == 0 {
+					i := rng.IntN(len(live[0]))
+					for k, f := range []*fixture{plain, cached} {
+						require.NoError(t, live[k][i].Close())
+						live[k] = append(live[k][:i], live[k][i+1:]...)
+						_ = f
+					}
+				} else {
+					size := int64(64 << rng.IntN(8))
+					for k, f := range []*fixture{plain, cached} {
+						b, err := f.pool.Allocate(size)
+						require.NoError(t, err)
+						live[k] = append(live[k], b)
+					}
+				}
+				if step%7 == 0 {
+					require.Equal(t, statsOf(plain.pool), statsOf(cached.pool), "step %d", step)
+				}
+			}
+			for k := range live {
+				for _, b := range live[k] {
+					require.NoError(t, b.Close())
+				}
+			}
+			s := cached.pool.Stats()
+			assert.Positive(t, s.Queues[0].Cached, "blocks waited in the queue's cache")
+			assert.Equal(t, statsOf(plain.pool), statsOf(cached.pool))
+		})
+	}
+}
+
+// A block waiting in one queue's cache serves another queue (after a
+// handover) rather than the pool allocating more; FreeHeld frees it; the
+// snapshot shows it held. (An arena would serve the other queue from its
+// segment's free space: exact bins show the drain.)
+func TestQueueCacheIsSharedAndFreed(t *testing.T) {
+	for _, pol := range policies[2:3] {
+		t.Run(pol.name, func(t *testing.T) {
+			f := newFixture(t, nil, pol.opts...)
+			q1, q2 := f.pool.On(cltest.SecondQueue(t, f.q, 0)), f.pool.On(cltest.SecondQueue(t, f.q, 0))
+			of := func(s mempool.Stats, a *mempool.QueueAllocator) mempool.QueueStats { return queueStats(t, s, a.Queue()) }
+			b, err := q1.Allocate(4096)
+			require.NoError(t, err)
+			require.NoError(t, b.Close())
+			s := f.pool.Stats()
+			require.Equal(t, int64(1), of(s, q1).Cached)
+			assert.Equal(t, 1, s.HeldBlocks)
+			for _, seg := range f.pool.Snapshot().Segments {
+				for _, blk := range seg.Blocks {
+					assert.NotEqual(t, mempool.StateActive, blk.State)
+				}
+			}
+
+			c, err := q2.Allocate(4096)
+			require.NoError(t, err)
+			s = f.pool.Stats()
+			assert.Equal(t, int64(1), s.DeviceAllocs, "the cached block served the other queue")
+			assert.Equal(t, int64(1), of(s, q2).Handovers)
+			assert.Zero(t, of(s, q1).Cached)
+			require.NoError(t, c.Close())
+
+			b, err = q2.Allocate(4096)
+			require.NoError(t, err)
+			assert.Equal(t, c.Offset(), b.Offset())
+			assert.Equal(t, int64(1), of(f.pool.Stats(), q2).Handovers, "reuse on its own queue needs no handover")
+			require.NoError(t, b.Close())
+
+			require.NoError(t, f.pool.FreeHeld())
+			s = f.pool.Stats()
+			assert.Zero(t, s.HeldBlocks)
+			assert.Zero(t, s.ManagedBytes)
+			assert.Zero(t, of(s, q2).Cached)
+		})
+	}
+}
+
+// Stats read while goroutines allocate on their queues stay consistent.
+func TestQueueCacheStatsUnderConcurrency(t *testing.T) {
+	f := newFixture(t, nil, mempool.WithArena(), mempool.WithDropSafety(false))
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			s := f.pool.Stats()
+			assert.Equal(t, s.Allocation.All.Current, s.Allocation.Small.Current+s.Allocation.Large.Current)
+			assert.LessOrEqual(t, s.AllocatedBytes.All.Current+s.HeldBytes, s.ReservedBytes.All.Current)
+			assert.GreaterOrEqual(t, s.HeldBlocks, 0)
+			_ = f.pool.Snapshot()
+		}
+	}()
+	var workers sync.WaitGroup
+	for w := range 4 {
+		on := f.pool.On(cltest.SecondQueue(t, f.q, 0))
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for i := range 500 {
+				b, err := on.Allocate(int64(64 << ((w + i) % 12)))
+				if assert.NoError(t, err) {
+					assert.NoError(t, b.Close())
+				}
+			}
+		}()
+	}
+	workers.Wait()
+	close(stop)
+	wg.Wait()
+	s := f.pool.Stats()
+	var requests int64
+	for _, q := range s.Queues {
+		requests += q.Requests
+	}
+	assert.Equal(t, int64(2000), requests)
+	assert.Equal(t, requests, s.Hits+s.Misses)
+}
+
+// FreeHeld frees an arena's segment whose blocks wait in queue caches.
+func TestQueueCacheFreeHeldInAnArena(t *testing.T) {
+	f := newFixture(t, nil, mempool.WithArena(), mempool.WithDropSafety(false))
+	on := f.pool.On(cltest.SecondQueue(t, f.q, 0))
+	var bs []*mempool.PooledBuffer
+	for _, n := range []int64{1000, 5000, 20000} {
+		b, err := on.Allocate(n)
+		require.NoError(t, err)
+		bs = append(bs, b)
+	}
+	for _, b := range bs {
+		require.NoError(t, b.Close())
+	}
+	s := f.pool.Stats()
+	require.Equal(t, int64(3), queueStats(t, s, on.Queue()).Cached)
+	assert.Equal(t, s.ManagedBytes, s.HeldBytes)
+	require.NoError(t, f.pool.FreeHeld())
+	s = f.pool.Stats()
+	assert.Zero(t, s.ManagedBytes)
+	assert.Zero(t, queueStats(t, s, on.Queue()).Cached)
+}
