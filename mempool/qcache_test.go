@@ -92,7 +92,9 @@ func TestQueueCacheIsSharedAndFreed(t *testing.T) {
 		t.Run(pol.name, func(t *testing.T) {
 			f := newFixture(t, nil, pol.opts...)
 			q1, q2 := f.pool.On(cltest.SecondQueue(t, f.q, 0)), f.pool.On(cltest.SecondQueue(t, f.q, 0))
-			of := func(s mempool.Stats, a *mempool.QueueAllocator) mempool.QueueStats { return queueStats(t, s, a.Queue()) }
+			of := func(s mempool.Stats, a *mempool.QueueAllocator) mempool.QueueStats {
+				return queueStats(t, s, a.Queue())
+			}
 			b, err := q1.Allocate(4096)
 			require.NoError(t, err)
 			require.NoError(t, b.Close())
