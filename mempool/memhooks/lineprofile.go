@@ -289,3 +289,17 @@ func (lp *LineProfile) Profile() *profile.Profile {
 // WriteProfile writes the pprof profile (gzipped protobuf), for
 // `go tool pprof -top file` or `go tool pprof -http=: file`.
 func (lp *LineProfile) WriteProfile(w io.Writer) error { return lp.Profile().Write(w) }
+
+// Site returns where the live block id (a PooledBuffer's ID) was
+// allocated: the innermost frame outside clpool, in CuPy's
+// file:line:function form. It makes a LineProfile a mempool.SiteNamer, so
+// that the pool's snapshots name each active block's call site.
+func (lp *LineProfile) Site(id uint64) (string, bool) {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	r, ok := lp.live[id]
+	if !ok || len(r.frames) == 0 {
+		return "", false
+	}
+	return r.frames[0].String(), true
+}

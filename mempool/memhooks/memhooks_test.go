@@ -244,3 +244,44 @@ func TestRecordedTraceReplaysToTheSameCounters(t *testing.T) {
 	assert.Equal(t, want.Allocation, got.Allocation)
 	assert.Equal(t, want.Segment, got.Segment)
 }
+
+// A LineProfile names the call sites of a snapshot's active blocks.
+func TestLineProfileNamesSnapshotSites(t *testing.T) {
+	p := newPool(t)
+	lp := memhooks.NewLineProfile()
+	remove := p.AddHook(lp)
+	defer remove()
+	b, err := p.Allocate(1000) // the site the snapshot must name
+	require.NoError(t, err)
+	defer b.Close()
+
+	site, ok := lp.Site(b.ID())
+	require.True(t, ok)
+	assert.Regexp(t, `^memhooks_test\.go:\d+:memhooks_test\.TestLineProfileNamesSnapshotSites$`, site)
+	var sites []string
+	for _, seg := range p.Snapshot().Segments {
+		for _, blk := range seg.Blocks {
+			if blk.State == mempool.StateActive {
+				sites = append(sites, blk.Site)
+			}
+		}
+	}
+	assert.Equal(t, []string{site}, sites)
+	_, ok = lp.Site(12345)
+	assert.False(t, ok, "no such block")
+}
+
+// A History hook's events come with the pool's snapshots.
+func TestSnapshotCarriesTheHistory(t *testing.T) {
+	p := newPool(t)
+	h := memhooks.NewHistory(8)
+	remove := p.AddHook(h)
+	defer remove()
+	b, err := p.Allocate(1000)
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+	s := p.Snapshot()
+	require.Len(t, s.History, 2)
+	assert.Equal(t, h.Events(), s.History)
+	assert.Equal(t, int64(1000), s.History[0].Size)
+}
