@@ -1,0 +1,247 @@
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/clpool/clpool/mempool"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ErrNameTaken is returned for a name already in use: by another pool of a
+// Collector, or by another expvar variable.
+var ErrNameTaken = errors.New("metrics: name taken")
+
+// Collector is a prometheus.Collector of the statistics of pools, each
+// under a name of its own (the pool label). Pools can be added and removed
+// while it is registered. It is safe for concurrent use.
+type Collector struct {
+	mu    sync.Mutex
+	pools map[string]*mempool.Pool // by name
+}
+
+// NewCollector returns a Collector of p's statistics under name. Register
+// it with a prometheus.Registerer; Add adds more pools. With a nil p it
+// starts with no pool, and name is unused.
+func NewCollector(name string, p *mempool.Pool) *Collector {
+	c := &Collector{pools: map[string]*mempool.Pool{}}
+	if p != nil {
+		c.pools[name] = p
+	}
+	return c
+}
+
+// Add adds p's statistics under name. It returns an error matching
+// ErrNameTaken if the collector has a pool of that name already, and an
+// error for a nil p.
+func (c *Collector) Add(name string, p *mempool.Pool) error {
+	if p == nil {
+		return fmt.Errorf("metrics: Add(%q): nil pool", name)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.pools[name]; ok {
+		return fmt.Errorf("%w: the collector has a pool %q already", ErrNameTaken, name)
+	}
+	c.pools[name] = p
+	return nil
+}
+
+// Remove removes the pool of that name, whose series then leave the next
+// scrape, and reports whether there was one.
+func (c *Collector) Remove(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.pools[name]
+	delete(c.pools, name)
+	return ok
+}
+
+// Describe sends the descriptors of every metric the collector exports.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, g := range groups {
+		g.descs.describe(ch)
+	}
+	oversizeAllocations.describe(ch)
+	oversizeSegments.describe(ch)
+	for _, m := range poolMetrics {
+		ch <- m.desc
+	}
+	ch <- infoDesc
+	for _, m := range queueMetrics {
+		ch <- m.desc
+	}
+}
+
+// Collect sends the metrics of every pool, from one Stats snapshot each.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	pools := make(map[string]*mempool.Pool, len(c.pools))
+	for name, p := range c.pools {
+		pools[name] = p
+	}
+	c.mu.Unlock()
+
+	for name, p := range pools {
+		device := ""
+		if d := p.Device(); d != nil {
+			device = d.String()
+		}
+		s := p.Stats()
+		for _, g := range groups {
+			sg := g.get(&s)
+			g.descs.collect(ch, sg.All, device, name, "all")
+			g.descs.collect(ch, sg.Small, device, name, "small")
+			g.descs.collect(ch, sg.Large, device, name, "large")
+		}
+		oversizeAllocations.collect(ch, s.OversizeAllocations, device, name)
+		oversizeSegments.collect(ch, s.OversizeSegments, device, name)
+		for _, m := range poolMetrics {
+			ch <- prometheus.MustNewConstMetric(m.desc, m.typ, m.value(&s), device, name)
+		}
+		ch <- prometheus.MustNewConstMetric(infoDesc, prometheus.GaugeValue, 1,
+			device, name, s.Policy, strconv.Itoa(s.LeadingBits))
+		for i := range s.Queues {
+			queue := strconv.Itoa(i)
+			for _, m := range queueMetrics {
+				ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, m.value(&s.Queues[i]), device, name, queue)
+			}
+		}
+	}
+}
+
+// The labels of every series: the device's name (cl.Device.String; empty
+// when the pool does not know its device) and the pool's name.
+var poolLabels = []string{"device", "pool"}
+
+// statDescs are the four metrics of one torch statistic: its current
+// value and peak (gauges), and the totals added and taken away (counters).
+type statDescs struct {
+	current, peak, allocated, freed *prometheus.Desc
+}
+
+// newStatDescs returns the metrics of the torch statistic torch, named
+// after it, of which what says what it counts.
+func newStatDescs(torch, what string, labels []string) statDescs {
+	name := "clpool_" + torch
+	return statDescs{
+		current:   prometheus.NewDesc(name, what+", now (torch: "+torch+".*.current).", labels, nil),
+		peak:      prometheus.NewDesc(name+"_peak", what+", at the most since the pool was made or ResetPeak (torch: "+torch+".*.peak).", labels, nil),
+		allocated: prometheus.NewDesc(name+"_allocated_total", what+", the total added since the pool was made or ResetAccumulated (torch: "+torch+".*.allocated).", labels, nil),
+		freed:     prometheus.NewDesc(name+"_freed_total", what+", the total taken away since the pool was made or ResetAccumulated (torch: "+torch+".*.freed).", labels, nil),
+	}
+}
+
+func (d statDescs) describe(ch chan<- *prometheus.Desc) {
+	ch <- d.current
+	ch <- d.peak
+	ch <- d.allocated
+	ch <- d.freed
+}
+
+func (d statDescs) collect(ch chan<- prometheus.Metric, st mempool.Stat, labels ...string) {
+	ch <- prometheus.MustNewConstMetric(d.current, prometheus.GaugeValue, float64(st.Current), labels...)
+	ch <- prometheus.MustNewConstMetric(d.peak, prometheus.GaugeValue, float64(st.Peak), labels...)
+	ch <- prometheus.MustNewConstMetric(d.allocated, prometheus.CounterValue, float64(st.Allocated), labels...)
+	ch <- prometheus.MustNewConstMetric(d.freed, prometheus.CounterValue, float64(st.Freed), labels...)
+}
+
+// groupLabels are the labels of the torch statistics kept for all blocks
+// and for the small and large pools apart: size is "all", "small" or
+// "large" (torch's all, small_pool and large_pool).
+var groupLabels = append(append([]string(nil), poolLabels...), "size")
+
+// groups are the torch statistics kept by pool size, in torch's order.
+var groups = []struct {
+	descs statDescs
+	get   func(*mempool.Stats) mempool.StatGroup
+}{
+	{newStatDescs("allocation", "Blocks handed out", groupLabels), func(s *mempool.Stats) mempool.StatGroup { return s.Allocation }},
+	{newStatDescs("allocated_bytes", "Bytes of the blocks handed out", groupLabels), func(s *mempool.Stats) mempool.StatGroup { return s.AllocatedBytes }},
+	{newStatDescs("requested_bytes", "Bytes requested for the blocks handed out", groupLabels), func(s *mempool.Stats) mempool.StatGroup { return s.RequestedBytes }},
+	{newStatDescs("active", "Active blocks", groupLabels), func(s *mempool.Stats) mempool.StatGroup { return s.Active }},
+	{newStatDescs("active_bytes", "Bytes of the active blocks", groupLabels), func(s *mempool.Stats) mempool.StatGroup { return s.ActiveBlockBytes }},
+	{newStatDescs("inactive_split", "Held blocks that share their segment with other blocks", groupLabels), func(s *mempool.Stats) mempool.StatGroup { return s.InactiveSplit }},
+	{newStatDescs("inactive_split_bytes", "Bytes of the held blocks that share their segment with other blocks", groupLabels), func(s *mempool.Stats) mempool.StatGroup { return s.InactiveSplitBytes }},
+	{newStatDescs("segment", "Device allocations the pool owns", groupLabels), func(s *mempool.Stats) mempool.StatGroup { return s.Segment }},
+	{newStatDescs("reserved_bytes", "Bytes of the device allocations the pool owns, with those in flight", groupLabels), func(s *mempool.Stats) mempool.StatGroup { return s.ReservedBytes }},
+}
+
+// The oversize statistics, which torch keeps for all blocks only.
+var (
+	oversizeAllocations = newStatDescs("oversize_allocations", "Blocks handed out over the maximum split size", poolLabels)
+	oversizeSegments    = newStatDescs("oversize_segments", "Device allocations over the maximum split size", poolLabels)
+)
+
+// poolMetrics are the pool's figures outside torch's statistics.
+var poolMetrics = []struct {
+	desc  *prometheus.Desc
+	typ   prometheus.ValueType
+	value func(*mempool.Stats) float64
+}{
+	{poolDesc("hits_total", "Requests served by a held block."), prometheus.CounterValue,
+		func(s *mempool.Stats) float64 { return float64(s.Hits) }},
+	{poolDesc("misses_total", "Requests that found no held block that fits."), prometheus.CounterValue,
+		func(s *mempool.Stats) float64 { return float64(s.Misses) }},
+	{poolDesc("device_allocs_total", "Buffers the allocator handed out (torch: num_device_alloc)."), prometheus.CounterValue,
+		func(s *mempool.Stats) float64 { return float64(s.DeviceAllocs) }},
+	{poolDesc("device_frees_total", "Buffers given back to the allocator (torch: num_device_free)."), prometheus.CounterValue,
+		func(s *mempool.Stats) float64 { return float64(s.DeviceFrees) }},
+	{poolDesc("free_errors_total", "Frees the allocator reported an error for."), prometheus.CounterValue,
+		func(s *mempool.Stats) float64 { return float64(s.FreeErrors) }},
+	{poolDesc("reclaimed_total", "Buffers dropped without Close and returned by the garbage collector."), prometheus.CounterValue,
+		func(s *mempool.Stats) float64 { return float64(s.Reclaimed) }},
+	{poolDesc("alloc_retries_total", "Device allocations that failed for lack of memory and were retried after freeing (torch: num_alloc_retries)."), prometheus.CounterValue,
+		func(s *mempool.Stats) float64 { return float64(s.OOMRetries) }},
+	{poolDesc("ooms_total", "Requests refused with ErrOutOfMemory (torch: num_ooms)."), prometheus.CounterValue,
+		func(s *mempool.Stats) float64 { return float64(s.OOMs) }},
+	{poolDesc("held_blocks", "Blocks given back and held for reuse."), prometheus.GaugeValue,
+		func(s *mempool.Stats) float64 { return float64(s.HeldBlocks) }},
+	{poolDesc("held_bytes", "Bytes of the blocks held for reuse."), prometheus.GaugeValue,
+		func(s *mempool.Stats) float64 { return float64(s.HeldBytes) }},
+	{poolDesc("fragmentation_ratio", "1 - (largest held block / held bytes): near 1 when the held memory is in many small pieces."), prometheus.GaugeValue,
+		func(s *mempool.Stats) float64 { return s.Fragmentation }},
+	{poolDesc("limit_bytes", "The pool's limit; 0: none."), prometheus.GaugeValue,
+		func(s *mempool.Stats) float64 { return float64(s.Limit) }},
+	{poolDesc("max_split_size_bytes", "The size over which requests get segments of their own (WithMaxSplitSize); 0: none."), prometheus.GaugeValue,
+		func(s *mempool.Stats) float64 { return float64(s.MaxSplitSize) }},
+}
+
+// poolDesc returns the descriptor of a pool metric, with the pool's labels.
+func poolDesc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc("clpool_"+name, help, poolLabels, nil)
+}
+
+// infoDesc is the pool's configuration, as labels of a series of value 1.
+var infoDesc = prometheus.NewDesc("clpool_pool_info",
+	"The pool's policy (bins or arena) and leading bits; the value is 1.",
+	append(append([]string(nil), poolLabels...), "policy", "leading_bits"), nil)
+
+// queueMetrics are the figures of each queue the pool has allocated for
+// (Stats.Queues), the queue label being its index there.
+var queueMetrics = []struct {
+	desc  *prometheus.Desc
+	value func(*mempool.QueueStats) float64
+}{
+	{queueCounter("requests_total", "Requests made on the queue."),
+		func(q *mempool.QueueStats) float64 { return float64(q.Requests) }},
+	{queueCounter("hits_total", "Requests on the queue served by a held block."),
+		func(q *mempool.QueueStats) float64 { return float64(q.Hits) }},
+	{queueCounter("handovers_total", "Requests on the queue whose block was last used on another queue (or, out of order, on this one)."),
+		func(q *mempool.QueueStats) float64 { return float64(q.Handovers) }},
+	{queueCounter("ready_total", "Handovers whose other queues' markers were complete already."),
+		func(q *mempool.QueueStats) float64 { return float64(q.Ready) }},
+	{queueCounter("barriers_total", "Handovers that waited on the device (a barrier)."),
+		func(q *mempool.QueueStats) float64 { return float64(q.Barriers) }},
+	{queueCounter("markers_total", "Markers enqueued on the queue."),
+		func(q *mempool.QueueStats) float64 { return float64(q.Markers) }},
+	{queueCounter("host_waits_total", "Host waits for one of the queue's markers (requests on no queue)."),
+		func(q *mempool.QueueStats) float64 { return float64(q.HostWaits) }},
+}
+
+// queueCounter returns the descriptor of a queue's counter.
+func queueCounter(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc("clpool_queue_"+name, help, append(append([]string(nil), poolLabels...), "queue"), nil)
+}

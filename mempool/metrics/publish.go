@@ -1,0 +1,35 @@
+package metrics
+
+import (
+	"expvar"
+	"fmt"
+	"sync"
+
+	"github.com/clpool/clpool/mempool"
+)
+
+// publishMu makes Publish's check and publication one step, so that two
+// Publish calls of one name cannot both pass the check.
+var publishMu sync.Mutex
+
+// Publish publishes p's MemoryStats (torch.cuda.memory_stats' keys and
+// values) as the expvar variable name, an expvar.Func read at each
+// request: expvar.Handler, and the /debug/vars that importing expvar adds
+// to http.DefaultServeMux, show it as a JSON object.
+//
+// expvar panics on a name published twice; Publish returns an error
+// matching ErrNameTaken instead, and an error for a nil p. expvar cannot
+// remove a variable: a published pool stays published for the life of the
+// program, and a closed one keeps showing its last figures.
+func Publish(name string, p *mempool.Pool) error {
+	if p == nil {
+		return fmt.Errorf("metrics: Publish(%q): nil pool", name)
+	}
+	publishMu.Lock()
+	defer publishMu.Unlock()
+	if expvar.Get(name) != nil {
+		return fmt.Errorf("%w: expvar has a variable %q already", ErrNameTaken, name)
+	}
+	expvar.Publish(name, expvar.Func(func() any { return p.MemoryStats() }))
+	return nil
+}
