@@ -2,6 +2,8 @@ package cl
 
 import "strconv"
 
+//go:generate bash gen_status.sh
+
 // Status is an OpenCL status code (cl_int). Every non-zero Status is an error
 // that prints its name and number, such as "CL_OUT_OF_RESOURCES (-5)".
 type Status int32
