@@ -60,8 +60,7 @@ func (f MemFlags) String() string {
 }
 
 // memFlagsKnown is every flag bit of OpenCL 1.2.
-const memFlagsKnown = MemReadWrite | MemWriteOnly | MemReadOnly | MemUseHostPtr | MemAllocHostPtr |
-	MemCopyHostPtr | MemHostWriteOnly | MemHostReadOnly | MemHostNoAccess
+const memFlagsKnown = memDeviceAccess | MemUseHostPtr | MemAllocHostPtr | MemCopyHostPtr | memHostAccess
 
 // Validate returns an error wrapping ErrInvalidValue if f breaks the rules of
 // clCreateBuffer: an unknown bit, more than one of the device-access flags
@@ -70,20 +69,54 @@ const memFlagsKnown = MemReadWrite | MemWriteOnly | MemReadOnly | MemUseHostPtr 
 // differ in how much of this they check (Oclgrind checks none of it), so
 // CreateBuffer checks it here for all of them.
 func (f MemFlags) Validate() error {
-	bad := ""
+	if bad := f.problem(); bad != "" {
+		return misuse("clCreateBuffer", ErrInvalidValue, fmt.Sprintf("flags %v: %s", f, bad))
+	}
+	return nil
+}
+
+// problem says which rule of Validate f breaks, or returns "".
+func (f MemFlags) problem() string {
 	switch {
 	case f&^memFlagsKnown != 0:
-		bad = fmt.Sprintf("unknown bits %#x", uint64(f&^memFlagsKnown))
-	case bits.OnesCount64(uint64(f&(MemReadWrite|MemWriteOnly|MemReadOnly))) > 1:
-		bad = "more than one of READ_WRITE, WRITE_ONLY, READ_ONLY"
-	case bits.OnesCount64(uint64(f&(MemHostWriteOnly|MemHostReadOnly|MemHostNoAccess))) > 1:
-		bad = "more than one of HOST_WRITE_ONLY, HOST_READ_ONLY, HOST_NO_ACCESS"
+		return fmt.Sprintf("unknown bits %#x", uint64(f&^memFlagsKnown))
+	case bits.OnesCount64(uint64(f&memDeviceAccess)) > 1:
+		return "more than one of READ_WRITE, WRITE_ONLY, READ_ONLY"
+	case bits.OnesCount64(uint64(f&memHostAccess)) > 1:
+		return "more than one of HOST_WRITE_ONLY, HOST_READ_ONLY, HOST_NO_ACCESS"
 	case f&MemUseHostPtr != 0 && f&(MemAllocHostPtr|MemCopyHostPtr) != 0:
-		bad = "USE_HOST_PTR with ALLOC_HOST_PTR or COPY_HOST_PTR"
-	default:
-		return nil
+		return "USE_HOST_PTR with ALLOC_HOST_PTR or COPY_HOST_PTR"
 	}
-	return misuse("clCreateBuffer", ErrInvalidValue, fmt.Sprintf("flags %v: %s", f, bad))
+	return ""
+}
+
+// The flag groups of which a buffer may have at most one flag each.
+const (
+	memDeviceAccess = MemReadWrite | MemWriteOnly | MemReadOnly
+	memHostAccess   = MemHostWriteOnly | MemHostReadOnly | MemHostNoAccess
+)
+
+// subBufferProblem says which rule of clCreateSubBuffer flags break for a
+// sub-buffer of a buffer made with the flags parent, or returns "". Flags
+// of a group left out are inherited from the parent.
+func subBufferProblem(parent, flags MemFlags) string {
+	if bad := flags.problem(); bad != "" {
+		return bad
+	}
+	if flags&(MemUseHostPtr|MemAllocHostPtr|MemCopyHostPtr) != 0 {
+		return "a sub-buffer takes no USE_HOST_PTR, ALLOC_HOST_PTR or COPY_HOST_PTR: it uses its parent's memory"
+	}
+	// A WRITE_ONLY or READ_ONLY parent allows only its own device access.
+	pd, fd := parent&memDeviceAccess, flags&memDeviceAccess
+	if pd != 0 && pd != MemReadWrite && fd != 0 && fd != pd {
+		return fmt.Sprintf("the parent is %v, which a sub-buffer may not widen", pd)
+	}
+	// A host-access parent allows its own host access or HOST_NO_ACCESS.
+	ph, fh := parent&memHostAccess, flags&memHostAccess
+	if ph != 0 && fh != 0 && fh != ph && fh != MemHostNoAccess {
+		return fmt.Sprintf("the parent is %v, which a sub-buffer may not widen", ph)
+	}
+	return ""
 }
 
 // checkSize refuses what the specification makes CL_INVALID_BUFFER_SIZE,
@@ -176,23 +209,36 @@ func (c *Context) CreateBufferFromHost(flags MemFlags, data []byte) (*Buffer, er
 }
 
 // CreateSubBuffer makes a buffer that is the region [origin, origin+size) of
-// b. The origin must be a multiple of some device's MemBaseAddrAlign, or
-// the result is ErrMisalignedSubBufferOffset; a region past the end of b is
-// ErrInvalidValue. Both are checked here, as not every runtime does. Release the sub-buffer
-// before (or independently of) b; the runtime keeps b alive meanwhile.
+// b, which must not be a sub-buffer itself (ErrInvalidMemObject). The
+// origin must be a multiple of some device's MemBaseAddrAlign, or the
+// result is ErrMisalignedSubBufferOffset; a size of 0 is
+// ErrInvalidBufferSize; a region past the end of b is ErrInvalidValue, and
+// so are flags that fail Validate, that hold a host-pointer flag
+// (USE_HOST_PTR, ALLOC_HOST_PTR, COPY_HOST_PTR) or that allow an access b
+// does not (READ_WRITE of a WRITE_ONLY b, HOST_READ_ONLY of a
+// HOST_WRITE_ONLY b). Flags 0 inherit b's. All this is checked here, as
+// not every runtime does. Release the sub-buffer before (or independently
+// of) b; the runtime keeps b alive meanwhile.
 func (b *Buffer) CreateSubBuffer(flags MemFlags, origin, size int64) (*Buffer, error) {
-	if origin < 0 || size < 0 {
-		return nil, misuse("clCreateSubBuffer", ErrInvalidValue, fmt.Sprintf("negative origin %d or size %d", origin, size))
-	}
-	mem, err := b.handle("clCreateSubBuffer")
+	const call = "clCreateSubBuffer"
+	mem, err := b.handle(call)
 	if err != nil {
 		return nil, err
 	}
-	if origin+size > b.size {
-		return nil, misuse("clCreateSubBuffer", ErrInvalidValue, fmt.Sprintf("region [%d, %d) is past the end of a %d-byte buffer", origin, origin+size, b.size))
+	switch {
+	case b.parent != nil:
+		return nil, misuse(call, ErrInvalidMemObject, "the buffer is a sub-buffer")
+	case origin < 0 || size < 0:
+		return nil, misuse(call, ErrInvalidValue, fmt.Sprintf("negative origin %d or size %d", origin, size))
+	case size == 0:
+		return nil, misuse(call, ErrInvalidBufferSize, "size 0")
+	case origin > b.size || size > b.size-origin:
+		return nil, misuse(call, ErrInvalidValue, fmt.Sprintf("region [%d, %d) is past the end of a %d-byte buffer", origin, origin+size, b.size))
+	case !b.ctx.aligned(origin):
+		return nil, misuse(call, ErrMisalignedSubBufferOffset, fmt.Sprintf("origin %d is not a multiple of any device's base-address alignment", origin))
 	}
-	if !b.ctx.aligned(origin) {
-		return nil, misuse("clCreateSubBuffer", ErrMisalignedSubBufferOffset, fmt.Sprintf("origin %d is not a multiple of any device's base-address alignment", origin))
+	if bad := subBufferProblem(b.flags, flags); bad != "" {
+		return nil, misuse(call, ErrInvalidValue, fmt.Sprintf("flags %v: %s", flags, bad))
 	}
 	if b.ctx.serial {
 		serialMu.Lock()
@@ -202,24 +248,49 @@ func (b *Buffer) CreateSubBuffer(flags MemFlags, origin, size int64) (*Buffer, e
 	var code C.cl_int
 	sub := C.clCreateSubBuffer(mem, C.cl_mem_flags(flags), C.CL_BUFFER_CREATE_TYPE_REGION, unsafe.Pointer(&region), &code)
 	runtime.KeepAlive(b)
-	if err := callErr("clCreateSubBuffer", int32(code)); err != nil {
+	if err := callErr(call, int32(code)); err != nil {
 		return nil, err
 	}
 	return &Buffer{mem: sub, size: size, flags: flags, ctx: b.ctx, parent: b, origin: origin}, nil
 }
 
+// The accessors below answer the zero value for a nil Buffer: size 0,
+// flags 0, no context or parent, handle 0, and not Released (it was never
+// made). Release and every call that needs the buffer return an error
+// matching ErrInvalidMemObject instead.
+
 // Size returns the size in bytes the buffer was made with.
-func (b *Buffer) Size() int64 { return b.size }
+func (b *Buffer) Size() int64 {
+	if b == nil {
+		return 0
+	}
+	return b.size
+}
 
 // Flags returns the flags the buffer was made with.
-func (b *Buffer) Flags() MemFlags { return b.flags }
+func (b *Buffer) Flags() MemFlags {
+	if b == nil {
+		return 0
+	}
+	return b.flags
+}
 
 // Context returns the buffer's context.
-func (b *Buffer) Context() *Context { return b.ctx }
+func (b *Buffer) Context() *Context {
+	if b == nil {
+		return nil
+	}
+	return b.ctx
+}
 
 // Parent returns the buffer a sub-buffer was made from, and its origin in it;
 // nil and 0 for a buffer that is not a sub-buffer.
-func (b *Buffer) Parent() (*Buffer, int64) { return b.parent, b.origin }
+func (b *Buffer) Parent() (*Buffer, int64) {
+	if b == nil {
+		return nil, 0
+	}
+	return b.parent, b.origin
+}
 
 // Buffer returns b itself. With Close, it lets a *Buffer stand wherever a
 // pooled buffer does (package array takes either).
@@ -230,10 +301,15 @@ func (b *Buffer) Close() error { return b.Release() }
 
 // Handle returns the cl_mem handle as a number, for logs and hooks that
 // identify buffers; it is not for passing back to C.
-func (b *Buffer) Handle() uintptr { return uintptr(unsafe.Pointer(b.mem)) }
+func (b *Buffer) Handle() uintptr {
+	if b == nil {
+		return 0
+	}
+	return uintptr(unsafe.Pointer(b.mem))
+}
 
 // Released reports whether Release has been called.
-func (b *Buffer) Released() bool { return b.released.Load() }
+func (b *Buffer) Released() bool { return b != nil && b.released.Load() }
 
 // BufferInfo is what the runtime reports of a buffer.
 type BufferInfo struct {
@@ -275,7 +351,11 @@ func (b *Buffer) Info() (BufferInfo, error) {
 }
 
 // Release releases the buffer. It is idempotent: later calls return nil.
+// A nil Buffer returns an error matching ErrInvalidMemObject.
 func (b *Buffer) Release() error {
+	if b == nil {
+		return misuse("clReleaseMemObject", ErrInvalidMemObject, "buffer is nil")
+	}
 	if !b.released.CompareAndSwap(false, true) {
 		return nil
 	}

@@ -2,6 +2,7 @@ package cl_test
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/clpool/clpool/cl"
@@ -264,4 +265,150 @@ func TestTouchCommitsAWrite(t *testing.T) {
 		assert.Equal(t, fill[touched:], got[touched:], "size %d: the rest untouched", size)
 		require.NoError(t, b.Release())
 	}
+}
+
+// CreateSubBuffer refuses, on every runtime, what clCreateSubBuffer
+// forbids: Oclgrind accepts all of it, POCL some of it.
+func TestSubBufferFlagsAndSize(t *testing.T) {
+	q := cltest.Queue(t)
+	align := q.Device().MemBaseAddrAlign
+	parent := func(flags cl.MemFlags) *cl.Buffer {
+		b, err := q.Context().CreateBuffer(flags, 2*align)
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, b.Release()) })
+		return b
+	}
+	rw, wo, ro, hostWO := parent(cl.MemReadWrite), parent(cl.MemWriteOnly), parent(cl.MemReadOnly), parent(cl.MemHostWriteOnly)
+	sub, err := rw.CreateSubBuffer(0, 0, align)
+	require.NoError(t, err)
+	defer sub.Release()
+
+	tests := []struct {
+		name   string
+		parent *cl.Buffer
+		flags  cl.MemFlags
+		size   int64
+		want   cl.Status // 0: allowed
+	}{
+		{"READ_WRITE|READ_ONLY", rw, cl.MemReadWrite | cl.MemReadOnly, align, cl.ErrInvalidValue},
+		{"unknown bit", rw, cl.MemReadWrite | 1<<20, align, cl.ErrInvalidValue},
+		{"USE_HOST_PTR", rw, cl.MemUseHostPtr, align, cl.ErrInvalidValue},
+		{"ALLOC_HOST_PTR", rw, cl.MemAllocHostPtr, align, cl.ErrInvalidValue},
+		{"COPY_HOST_PTR", rw, cl.MemCopyHostPtr, align, cl.ErrInvalidValue},
+		{"READ_WRITE of WRITE_ONLY", wo, cl.MemReadWrite, align, cl.ErrInvalidValue},
+		{"READ_ONLY of WRITE_ONLY", wo, cl.MemReadOnly, align, cl.ErrInvalidValue},
+		{"WRITE_ONLY of READ_ONLY", ro, cl.MemWriteOnly, align, cl.ErrInvalidValue},
+		{"HOST_READ_ONLY of HOST_WRITE_ONLY", hostWO, cl.MemHostReadOnly, align, cl.ErrInvalidValue},
+		{"size 0", rw, 0, 0, cl.ErrInvalidBufferSize},
+		{"of a sub-buffer", sub, 0, align, cl.ErrInvalidMemObject},
+		{"WRITE_ONLY of WRITE_ONLY", wo, cl.MemWriteOnly, align, 0},
+		{"READ_ONLY of READ_WRITE", rw, cl.MemReadOnly, align, 0},
+		{"HOST_NO_ACCESS of HOST_WRITE_ONLY", hostWO, cl.MemHostNoAccess, align, 0},
+		{"inherited flags", wo, 0, align, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := tt.parent.CreateSubBuffer(tt.flags, 0, tt.size)
+			if tt.want == 0 {
+				require.NoError(t, err)
+				require.NoError(t, b.Release())
+				return
+			}
+			require.ErrorIs(t, err, tt.want)
+			assert.Nil(t, b)
+			assert.Equal(t, 1, strings.Count(err.Error(), "clCreateSubBuffer"), err.Error())
+		})
+	}
+}
+
+// A buffer, event or kernel of another context is refused by every
+// transfer: Oclgrind accepts them and reads or writes the wrong memory.
+func TestObjectsOfAnotherContextAreRefused(t *testing.T) {
+	q := cltest.Queue(t)
+	other, err := cl.NewCommandQueue(mustContext(t, q.Device()), q.Device(), 0)
+	require.NoError(t, err)
+	defer other.Release()
+	mine := newBuffer(t, q, make([]int32, 16))
+	theirs := newBuffer(t, other, make([]int32, 16))
+	buf := make([]byte, 16)
+
+	assertRefused := func(err error, what string) {
+		t.Helper()
+		assert.ErrorIs(t, err, cl.ErrInvalidContext, what)
+	}
+	assertRefused(q.WriteBuffer(theirs, 0, []byte{1, 2, 3, 4}), "write")
+	assertRefused(q.ReadBuffer(theirs, 0, buf), "read")
+	_, err = q.EnqueueFillBuffer(theirs, []byte{1}, 0, 16)
+	assertRefused(err, "fill")
+	_, err = q.EnqueueCopyBuffer(mine, theirs, 0, 0, 16)
+	assertRefused(err, "copy to")
+	_, err = q.EnqueueCopyBuffer(theirs, mine, 0, 0, 16)
+	assertRefused(err, "copy from")
+	assertRefused(q.Touch(theirs), "touch")
+	ev, err := other.EnqueueMarker()
+	require.NoError(t, err)
+	defer ev.Release()
+	_, err = q.EnqueueWriteBuffer(mine, false, 0, []byte{1, 2, 3, 4}, ev)
+	assertRefused(err, "an event of another context in the wait list")
+	assertRefused(cl.WaitAll(ev, mustMarker(t, q)), "WaitAll across contexts")
+
+	got := make([]int32, 16)
+	require.NoError(t, other.ReadBuffer(theirs, 0, cl.Bytes(got)))
+	assert.Equal(t, make([]int32, 16), got, "nothing was written to the other context's buffer")
+}
+
+// mustContext returns a new context on dev, released at the end of the test.
+func mustContext(t *testing.T, dev *cl.Device) *cl.Context {
+	t.Helper()
+	ctx, err := cl.CreateContext(dev)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, ctx.Release()) })
+	return ctx
+}
+
+// mustMarker returns a marker's event on q, released at the end of the test.
+func mustMarker(t *testing.T, q *cl.CommandQueue) *cl.Event {
+	t.Helper()
+	ev, err := q.EnqueueMarker()
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, ev.Release()) })
+	return ev
+}
+
+// Fill patterns of 1 to 128 bytes (powers of two) work; other lengths and
+// copies of 0 bytes are refused on every runtime.
+func TestFillPatternLengthsAndEmptyCopies(t *testing.T) {
+	q := cltest.Queue(t)
+	const n = 512
+	b, err := q.Context().CreateBuffer(cl.MemReadWrite, n)
+	require.NoError(t, err)
+	defer b.Release()
+	for size := 1; size <= 128; size *= 2 {
+		pattern := make([]byte, size)
+		for i := range pattern {
+			pattern[i] = byte(size + i)
+		}
+		ev, err := q.EnqueueFillBuffer(b, pattern, 0, n)
+		require.NoError(t, err, "a pattern of %d bytes", size)
+		require.NoError(t, ev.Release())
+		got := make([]byte, n)
+		require.NoError(t, q.ReadBuffer(b, 0, got))
+		assert.Equal(t, bytes.Repeat(pattern, n/size), got, "a pattern of %d bytes", size)
+	}
+	for _, size := range []int{0, 3, 6, 256} {
+		fill := 256 / max(size, 1) * max(size, 1) // a multiple of the pattern, inside b
+		_, err := q.EnqueueFillBuffer(b, make([]byte, size), 0, int64(fill))
+		assert.ErrorIs(t, err, cl.ErrInvalidValue, "a pattern of %d bytes", size)
+	}
+	_, err = q.EnqueueFillBuffer(b, make([]byte, 4), 2, 8)
+	assert.ErrorIs(t, err, cl.ErrInvalidValue, "an offset that is not a multiple of the pattern")
+	_, err = q.EnqueueFillBuffer(b, make([]byte, 4), 0, 2*n)
+	assert.ErrorIs(t, err, cl.ErrInvalidValue, "past the end")
+
+	c, err := q.Context().CreateBuffer(cl.MemReadWrite, n)
+	require.NoError(t, err)
+	defer c.Release()
+	_, err = q.EnqueueCopyBuffer(b, c, 0, 0, 0)
+	require.ErrorIs(t, err, cl.ErrInvalidValue, "a copy of 0 bytes")
+	assert.Equal(t, 1, strings.Count(err.Error(), "clEnqueueCopyBuffer"), err.Error())
 }

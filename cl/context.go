@@ -6,6 +6,7 @@ package cl
 import "C"
 
 import (
+	"fmt"
 	"runtime"
 	"sync/atomic"
 )
@@ -20,19 +21,27 @@ type Context struct {
 	released atomic.Bool
 }
 
-// CreateContext makes a context on the given devices (at least one, all of
-// one platform).
+// CreateContext makes a context on the given devices: at least one, all of
+// one platform. A nil device, or devices of different platforms, return
+// ErrInvalidDevice without reaching the driver.
 func CreateContext(devices ...*Device) (*Context, error) {
+	const call = "clCreateContext"
 	if len(devices) == 0 {
-		return nil, misuse("clCreateContext", ErrInvalidValue, "no device given")
+		return nil, misuse(call, ErrInvalidValue, "no device given")
 	}
 	ids := make([]C.cl_device_id, len(devices))
 	for i, d := range devices {
+		if d == nil || d.id == nil || d.Platform == nil {
+			return nil, misuse(call, ErrInvalidDevice, fmt.Sprintf("device %d is nil or was not listed by Platform.Devices", i))
+		}
+		if d.Platform.id != devices[0].Platform.id {
+			return nil, misuse(call, ErrInvalidDevice, fmt.Sprintf("devices of different platforms, %v and %v: a context holds devices of one platform", devices[0], d))
+		}
 		ids[i] = d.id
 	}
 	var code C.cl_int
 	id := C.clCreateContext(nil, C.cl_uint(len(ids)), &ids[0], nil, nil, &code)
-	if err := callErr("clCreateContext", int32(code)); err != nil {
+	if err := callErr(call, int32(code)); err != nil {
 		return nil, err
 	}
 	c := &Context{id: id, devices: append([]*Device(nil), devices...), maxAlloc: devices[0].MaxMemAllocSize, serial: needsSerial(devices)}
@@ -43,16 +52,30 @@ func CreateContext(devices ...*Device) (*Context, error) {
 }
 
 // MaxMemAllocSize returns the largest buffer every device of the context
-// can hold: the least of their MaxMemAllocSize.
-func (c *Context) MaxMemAllocSize() int64 { return c.maxAlloc }
+// can hold: the least of their MaxMemAllocSize. A nil Context returns 0.
+func (c *Context) MaxMemAllocSize() int64 {
+	if c == nil {
+		return 0
+	}
+	return c.maxAlloc
+}
 
-// Devices returns the context's devices.
-func (c *Context) Devices() []*Device { return append([]*Device(nil), c.devices...) }
+// Devices returns the context's devices; none for a nil Context.
+func (c *Context) Devices() []*Device {
+	if c == nil {
+		return nil
+	}
+	return append([]*Device(nil), c.devices...)
+}
 
 // Release releases the context. It is idempotent: later calls return nil.
 // Objects made in the context hold their own references, so buffers and
-// queues stay usable until they are released too.
+// queues stay usable until they are released too. A nil Context returns an
+// error matching ErrInvalidContext.
 func (c *Context) Release() error {
+	if c == nil {
+		return misuse("clReleaseContext", ErrInvalidContext, "context is nil")
+	}
 	if !c.released.CompareAndSwap(false, true) {
 		return nil
 	}
@@ -92,11 +115,15 @@ type CommandQueue struct {
 	released    atomic.Bool
 }
 
-// NewCommandQueue makes a queue on dev, which must belong to ctx.
+// NewCommandQueue makes a queue on dev, which must be one of ctx's devices
+// (else ErrInvalidDevice).
 func NewCommandQueue(ctx *Context, dev *Device, props QueueProperties) (*CommandQueue, error) {
 	cid, err := ctx.handle("clCreateCommandQueue")
 	if err != nil {
 		return nil, err
+	}
+	if dev == nil {
+		return nil, misuse("clCreateCommandQueue", ErrInvalidDevice, "device is nil")
 	}
 	if ctx.serial {
 		serialMu.Lock()
@@ -112,8 +139,9 @@ func NewCommandQueue(ctx *Context, dev *Device, props QueueProperties) (*Command
 }
 
 // DefaultQueue returns a new context and in-order queue on the device that
-// CLPOOL_DEVICE names, else on the first device found (see SelectDevice).
-// The queue owns its context: Release releases both.
+// SelectDevice picks: the one CLPOOL_DEVICE names, else the first device
+// that is not a simulator, and a simulator (Oclgrind) only if it is the
+// only device there is. The queue owns its context: Release releases both.
 func DefaultQueue() (*CommandQueue, error) {
 	return DefaultQueueWith(0)
 }
@@ -138,14 +166,30 @@ func DefaultQueueWith(props QueueProperties) (*CommandQueue, error) {
 	return q, nil
 }
 
-// Context returns the queue's context.
-func (q *CommandQueue) Context() *Context { return q.ctx }
+// Context returns the queue's context; nil for a nil queue.
+func (q *CommandQueue) Context() *Context {
+	if q == nil {
+		return nil
+	}
+	return q.ctx
+}
 
-// Device returns the queue's device.
-func (q *CommandQueue) Device() *Device { return q.device }
+// Device returns the queue's device; nil for a nil queue.
+func (q *CommandQueue) Device() *Device {
+	if q == nil {
+		return nil
+	}
+	return q.device
+}
 
-// Properties returns the properties the queue was made with.
-func (q *CommandQueue) Properties() QueueProperties { return q.props }
+// Properties returns the properties the queue was made with; 0 for a nil
+// queue.
+func (q *CommandQueue) Properties() QueueProperties {
+	if q == nil {
+		return 0
+	}
+	return q.props
+}
 
 // Finish blocks until every command enqueued so far has completed.
 func (q *CommandQueue) Finish() error {
@@ -179,8 +223,12 @@ func (q *CommandQueue) Flush() error {
 
 // Release waits for the queue's commands (clReleaseCommandQueue flushes and
 // the runtime finishes them) and releases it, and its context if the queue
-// came from DefaultQueue. It is idempotent: later calls return nil.
+// came from DefaultQueue. It is idempotent: later calls return nil. A nil
+// queue returns an error matching ErrInvalidCommandQueue.
 func (q *CommandQueue) Release() error {
+	if q == nil {
+		return misuse("clReleaseCommandQueue", ErrInvalidCommandQueue, "queue is nil")
+	}
 	if !q.released.CompareAndSwap(false, true) {
 		return nil
 	}

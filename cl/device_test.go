@@ -3,10 +3,13 @@ package cl_test
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/internal/cltest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -39,11 +42,18 @@ func TestSelectDevice(t *testing.T) {
 	require.NotEmpty(t, all)
 	last := all[len(all)-1]
 
-	t.Run("unset picks the first", func(t *testing.T) {
-		t.Setenv(cl.DeviceEnv, "")
+	t.Run("unset picks the first that is not a simulator", func(t *testing.T) {
+		unsetDeviceEnv(t)
+		want := all[0]
+		for _, d := range all {
+			if !d.IsSimulator() {
+				want = d
+				break
+			}
+		}
 		d, err := cl.SelectDevice()
 		require.NoError(t, err)
-		assert.Equal(t, all[0].String(), d.String())
+		assert.Equal(t, want.String(), d.String())
 	})
 	t.Run("by indices", func(t *testing.T) {
 		t.Setenv(cl.DeviceEnv, fmt.Sprintf("%d:%d", last.Platform.Index, last.Index))
@@ -57,15 +67,17 @@ func TestSelectDevice(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, last.Platform.Name, d.Platform.Name)
 	})
-	t.Run("pocl and oclgrind by their short names", func(t *testing.T) {
-		for _, name := range []string{"pocl", "oclgrind"} {
+	for _, name := range []string{"pocl", "oclgrind"} {
+		t.Run(name+" by its short name", func(t *testing.T) {
+			want := cltest.Device(t, name)
 			t.Setenv(cl.DeviceEnv, name)
 			d, err := cl.SelectDevice()
-			require.NoError(t, err, "make test installs both runtimes")
+			require.NoError(t, err)
+			assert.Equal(t, want.String(), d.String())
 			assert.True(t, d.Matches(name))
 			assert.False(t, d.Matches("no-such-device"))
-		}
-	})
+		})
+	}
 	t.Run("nothing matches", func(t *testing.T) {
 		t.Setenv(cl.DeviceEnv, "no-such-device")
 		_, err := cl.SelectDevice()
@@ -92,4 +104,136 @@ func TestDefaultQueueUsesTheSelectedDevice(t *testing.T) {
 	if want != "" && !strings.Contains(want, ":") {
 		assert.True(t, q.Device().Matches(want), "%v matches %q", q.Device(), want)
 	}
+}
+
+// unsetDeviceEnv unsets CLPOOL_DEVICE until the end of the test.
+func unsetDeviceEnv(t *testing.T) {
+	t.Setenv(cl.DeviceEnv, "") // restores the value when the test ends
+	require.NoError(t, os.Unsetenv(cl.DeviceEnv))
+}
+
+// With CLPOOL_DEVICE unset, DefaultQueue opens the first device that is
+// not a simulator (POCL here, although the ICD loader lists Oclgrind
+// first); Oclgrind is opened when asked for by name.
+func TestDefaultQueuePrefersARealDeviceToASimulator(t *testing.T) {
+	all, err := cl.AllDevices()
+	require.NoError(t, err)
+	var real *cl.Device
+	for _, d := range all {
+		if !d.IsSimulator() {
+			real = d
+			break
+		}
+	}
+	if real == nil {
+		t.Skip("this test needs a device that is not a simulator, such as POCL (`make deps` installs it)")
+	}
+	unsetDeviceEnv(t)
+	q, err := cl.DefaultQueue()
+	require.NoError(t, err)
+	defer q.Release()
+	assert.Equal(t, real.String(), q.Device().String())
+	assert.False(t, q.Device().IsSimulator(), "%v", q.Device())
+
+	sim := cltest.Device(t, "oclgrind")
+	assert.True(t, sim.IsSimulator())
+	t.Setenv(cl.DeviceEnv, "oclgrind")
+	q2, err := cl.DefaultQueue()
+	require.NoError(t, err)
+	defer q2.Release()
+	assert.True(t, q2.Device().IsSimulator(), "%v", q2.Device())
+}
+
+func TestContextAcrossPlatformsIsRefused(t *testing.T) {
+	all, err := cl.AllDevices()
+	require.NoError(t, err)
+	for _, d := range all[1:] {
+		if d.Platform.Index != all[0].Platform.Index {
+			_, err := cl.CreateContext(all[0], d)
+			require.ErrorIs(t, err, cl.ErrInvalidDevice)
+			assert.Contains(t, err.Error(), "different platforms")
+			assert.Equal(t, 1, strings.Count(err.Error(), "clCreateContext"), err.Error())
+			return
+		}
+	}
+	t.Skip("this test needs devices of two platforms, such as POCL and Oclgrind (`make deps` installs both)")
+}
+
+// childEnv tells a test binary started by reexec which part to play.
+const childEnv = "CLPOOL_TEST_CHILD"
+
+// reexec runs this test binary again, with the tests that match run, with
+// env added to the environment, and returns its output. The ICD loader
+// reads OCL_ICD_VENDORS once per process: only a new process sees another
+// set of platforms.
+func reexec(t *testing.T, run string, env ...string) (string, error) {
+	t.Helper()
+	args := []string{"-test.run=" + run, "-test.count=1", "-test.v"}
+	if testing.Short() {
+		args = append(args, "-test.short")
+	}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func TestNoPlatformSaysWhatToCheck(t *testing.T) {
+	switch os.Getenv(childEnv) {
+	case "no-platform":
+		_, err := cl.Platforms()
+		require.ErrorIs(t, err, cl.ErrPlatformNotFound)
+		_, err = cl.DefaultQueue()
+		require.ErrorIs(t, err, cl.ErrPlatformNotFound)
+		fmt.Println("DefaultQueue:", err)
+		return
+	case "":
+	default:
+		t.Skip("a child of reexec for another test")
+	}
+	out, err := reexec(t, "^TestNoPlatformSaysWhatToCheck$", childEnv+"=no-platform",
+		"OCL_ICD_VENDORS="+filepath.Join(t.TempDir(), "nonexistent"))
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "DefaultQueue: clGetPlatformIDs: CL_PLATFORM_NOT_FOUND_KHR (-1001): no OpenCL platform found")
+	assert.Contains(t, out, "OCL_ICD_VENDORS")
+	assert.Contains(t, out, "pocl-opencl-icd")
+	assert.Equal(t, 1, strings.Count(out, "clGetPlatformIDs"), out)
+}
+
+// go test on a machine with POCL alone passes: the tests of package cl
+// that need Oclgrind skip, saying so. It runs them in a process whose ICD
+// loader sees POCL alone.
+func TestPackagePassesWithOnlyPOCL(t *testing.T) {
+	if os.Getenv(childEnv) != "" {
+		t.Skip("a child of reexec")
+	}
+	icd := poclICD(t)
+	dir := t.TempDir()
+	data, err := os.ReadFile(icd)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(icd)), data, 0o644))
+	out, err := reexec(t, ".", childEnv+"=only-pocl", "OCL_ICD_VENDORS="+dir, cl.DeviceEnv+"=")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "--- SKIP: TestSelectDevice/oclgrind_by_its_short_name")
+	assert.Contains(t, out, `needs a "oclgrind" device, and none is installed`)
+	assert.NotContains(t, out, "Oclgrind Simulator", "the child sees POCL alone")
+}
+
+// poclICD returns the .icd file that names POCL, in the directory
+// OCL_ICD_VENDORS names or else /etc/OpenCL/vendors; it skips the test if
+// there is none.
+func poclICD(t *testing.T) string {
+	dir := os.Getenv("OCL_ICD_VENDORS")
+	if dir == "" {
+		dir = "/etc/OpenCL/vendors"
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.icd"))
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err == nil && strings.Contains(strings.ToLower(filepath.Base(f)+string(data)), "pocl") {
+			return f
+		}
+	}
+	t.Skipf("this test needs POCL, and no .icd file in %s names it (`make deps` installs it)", dir)
+	return ""
 }

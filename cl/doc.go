@@ -8,8 +8,11 @@
 // Nothing here has a finalizer: every object is released explicitly, and
 // Release is idempotent. Using a released object returns an error that
 // wraps the matching Status (ErrInvalidMemObject for a buffer), checked in
-// Go before the driver sees a dangling handle. Who releases a buffer is the
-// business of its owner, usually a pool (package mempool).
+// Go before the driver sees a dangling handle. So does every call on a nil
+// object, Release included, except the accessors that return no error
+// (Buffer.Size, Buffer.Released, CommandQueue.Device, ...): they answer the
+// zero value. Who releases a buffer is the business of its owner, usually a
+// pool (package mempool).
 //
 // # Errors
 //
@@ -22,9 +25,17 @@
 // does not compile returns a *BuildError carrying the build log.
 //
 // Runtimes differ in how much they check: Oclgrind accepts invalid buffer
-// flags, sizes over the device's limit and misaligned sub-buffer origins.
-// This package checks those rules itself, so every runtime answers the
-// same, specified Status.
+// and sub-buffer flags, sizes over the device's limit, misaligned
+// sub-buffer origins, buffers, kernels and events of another context, fill
+// patterns of the wrong length and copies of 0 bytes; POCL accepts some of
+// these too, and work sizes of 0. This package checks those rules itself,
+// before the C call, so every runtime answers the same Status, the one the
+// OpenCL 1.2 specification gives.
+//
+// With no OpenCL platform installed, or none that the ICD loader finds
+// through OCL_ICD_VENDORS, Platforms, SelectDevice and DefaultQueue return
+// an error matching ErrPlatformNotFound (CL_PLATFORM_NOT_FOUND_KHR) that
+// says what to check.
 //
 // # Host memory
 //
@@ -37,5 +48,8 @@
 //
 // DefaultQueue opens the device named by the CLPOOL_DEVICE environment
 // variable: "platform:device" indices ("1:0") or a case-insensitive part of
-// a name ("pocl", "oclgrind"); unset, the first device found.
+// a name ("pocl", "oclgrind"). Unset, it opens the first device that is not
+// a simulator, so a real device wins over Oclgrind even where the ICD
+// loader lists Oclgrind first; a simulator is opened only when it is the
+// only device, or when CLPOOL_DEVICE names it. See SelectDevice.
 package cl

@@ -135,8 +135,12 @@ func (e *Event) Profile() (Profile, error) {
 
 // Release releases the event. If it still pins Go memory, it first waits for
 // the command, so the memory is never unpinned while the device uses it.
-// It is idempotent: later calls return nil.
+// It is idempotent: later calls return nil. A nil Event returns an error
+// matching ErrInvalidEvent.
 func (e *Event) Release() error {
+	if e == nil {
+		return misuse("clReleaseEvent", ErrInvalidEvent, "event is nil")
+	}
 	if !e.released.CompareAndSwap(false, true) {
 		return nil
 	}
@@ -162,9 +166,9 @@ func (e *Event) unpin() {
 	}
 }
 
-// WaitAll waits for all the events.
+// WaitAll waits for all the events, which must belong to one context.
 func WaitAll(events ...*Event) error {
-	list, n, err := waitList("clWaitForEvents", events)
+	list, n, err := waitList("clWaitForEvents", nil, events)
 	if err != nil || n == 0 {
 		return err
 	}
@@ -182,8 +186,10 @@ func WaitAll(events ...*Event) error {
 	return err
 }
 
-// waitList turns events into the C array an enqueue call takes.
-func waitList(call string, events []*Event) (*C.cl_event, C.cl_uint, error) {
+// waitList turns events into the C array an enqueue call takes. Every event
+// must be live and belong to ctx, the queue's context; a nil ctx stands for
+// the context of the first event.
+func waitList(call string, ctx *Context, events []*Event) (*C.cl_event, C.cl_uint, error) {
 	if len(events) == 0 {
 		return nil, 0, nil
 	}
@@ -191,6 +197,12 @@ func waitList(call string, events []*Event) (*C.cl_event, C.cl_uint, error) {
 	for i, e := range events {
 		if e == nil || e.released.Load() {
 			return nil, 0, misuse(call, ErrInvalidEventWaitList, "wait list holds a nil or released event")
+		}
+		if ctx == nil {
+			ctx = e.ctx
+		}
+		if e.ctx != ctx {
+			return nil, 0, misuse(call, ErrInvalidContext, "an event of the wait list belongs to another context")
 		}
 		ids[i] = e.id
 	}

@@ -1,6 +1,7 @@
 package cl_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/clpool/clpool/cl"
@@ -157,4 +158,62 @@ func TestOutOfOrderQueueWithWaitLists(t *testing.T) {
 	require.NoError(t, read.Release())
 	_, err = q.EnqueueReadBuffer(b, false, 0, got, read)
 	assert.ErrorIs(t, err, cl.ErrInvalidEventWaitList, "a released event in the wait list")
+}
+
+// Work sizes of 0 are refused with the status OpenCL 1.2 gives them, on
+// every runtime (POCL and Oclgrind accept them).
+func TestZeroWorkSizesAreRefused(t *testing.T) {
+	q := cltest.Queue(t)
+	k := cltest.SlowReadKernel(t, q)
+	x := newBuffer(t, q, make([]int32, 8))
+	out := newBuffer(t, q, make([]int32, 8))
+	require.NoError(t, k.SetArgs(x, out, int32(1)))
+	tests := []struct {
+		name                  string
+		offset, global, local []int
+		want                  cl.Status
+	}{
+		{"global 0", nil, []int{0}, nil, cl.ErrInvalidGlobalWorkSize},
+		{"global 0 in the second dimension", nil, []int{8, 0}, nil, cl.ErrInvalidGlobalWorkSize},
+		{"local 0", nil, []int{8}, []int{0}, cl.ErrInvalidWorkGroupSize},
+		{"negative local", nil, []int{8}, []int{-1}, cl.ErrInvalidWorkGroupSize},
+		{"negative offset", []int{-1}, []int{8}, nil, cl.ErrInvalidGlobalOffset},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := q.EnqueueNDRangeKernel(k, tt.offset, tt.global, tt.local)
+			require.ErrorIs(t, err, tt.want)
+			assert.Equal(t, 1, strings.Count(err.Error(), "clEnqueueNDRangeKernel"), err.Error())
+			if tt.offset == nil {
+				assert.ErrorIs(t, q.EnqueueKernel(k, tt.global, tt.local), tt.want)
+			}
+		})
+	}
+	require.NoError(t, q.Finish())
+}
+
+// A kernel takes buffers of its own context only, and runs on queues of
+// its own context only: Oclgrind accepts both and writes to the wrong
+// memory.
+func TestKernelsAndArgumentsOfAnotherContextAreRefused(t *testing.T) {
+	q := cltest.Queue(t)
+	other, err := cl.NewCommandQueue(mustContext(t, q.Device()), q.Device(), 0)
+	require.NoError(t, err)
+	defer other.Release()
+	k := cltest.SlowReadKernel(t, q)
+	theirs := newBuffer(t, other, make([]int32, 8))
+	mine := newBuffer(t, q, make([]int32, 8))
+
+	err = k.SetArg(1, theirs)
+	require.ErrorIs(t, err, cl.ErrInvalidMemObject)
+	assert.Equal(t, 1, strings.Count(err.Error(), "clSetKernelArg"), err.Error())
+	require.NoError(t, k.SetArgs(mine, mine, int32(1)))
+	_, err = other.EnqueueNDRangeKernel(k, nil, []int{8}, nil)
+	assert.ErrorIs(t, err, cl.ErrInvalidContext)
+	assert.ErrorIs(t, other.EnqueueKernel(k, []int{8}, nil), cl.ErrInvalidContext)
+	require.NoError(t, other.Finish())
+
+	got := make([]int32, 8)
+	require.NoError(t, other.ReadBuffer(theirs, 0, cl.Bytes(got)))
+	assert.Equal(t, make([]int32, 8), got, "nothing was written to the other context's buffer")
 }

@@ -106,14 +106,16 @@ type Device struct {
 	ProfilingTimerRes int64 // CL_DEVICE_PROFILING_TIMER_RESOLUTION, ns
 }
 
-// Platforms lists the installed platforms.
+// Platforms lists the installed platforms. If there is none, it returns an
+// error matching ErrPlatformNotFound that says what to check.
 func Platforms() ([]*Platform, error) {
 	var n C.cl_uint
-	if err := callErr("clGetPlatformIDs", int32(C.clGetPlatformIDs(0, nil, &n))); err != nil {
-		return nil, err
+	code := int32(C.clGetPlatformIDs(0, nil, &n))
+	if Status(code) == ErrPlatformNotFound || (code == 0 && n == 0) {
+		return nil, misuse("clGetPlatformIDs", ErrPlatformNotFound, noPlatformHelp())
 	}
-	if n == 0 {
-		return nil, nil
+	if err := callErr("clGetPlatformIDs", code); err != nil {
+		return nil, err
 	}
 	ids := make([]C.cl_platform_id, n)
 	if err := callErr("clGetPlatformIDs", int32(C.clGetPlatformIDs(n, &ids[0], nil))); err != nil {
@@ -137,6 +139,16 @@ func Platforms() ([]*Platform, error) {
 	return ps, nil
 }
 
+// noPlatformHelp says what to check when the ICD loader finds no platform.
+func noPlatformHelp() string {
+	where := "/etc/OpenCL/vendors"
+	if dir := os.Getenv("OCL_ICD_VENDORS"); dir != "" {
+		where = fmt.Sprintf("OCL_ICD_VENDORS=%q", dir)
+	}
+	return "no OpenCL platform found: the ICD loader (libOpenCL) found no runtime in " + where +
+		"; install one, such as pocl-opencl-icd, and check that OCL_ICD_VENDORS, if set, names a directory of .icd files"
+}
+
 func platformString(id C.cl_platform_id, param C.cl_platform_info) (string, error) {
 	var n C.size_t
 	if err := callErr("clGetPlatformInfo", int32(C.clGetPlatformInfo(id, param, 0, nil, &n))); err != nil {
@@ -155,6 +167,9 @@ func platformString(id C.cl_platform_id, param C.cl_platform_info) (string, erro
 // Devices lists the platform's devices of the given types.
 // A platform without such devices returns an empty list and no error.
 func (p *Platform) Devices(t DeviceType) ([]*Device, error) {
+	if p == nil {
+		return nil, misuse("clGetDeviceIDs", ErrInvalidPlatform, "platform is nil")
+	}
 	var n C.cl_uint
 	code := int32(C.clGetDeviceIDs(p.id, C.cl_device_type(t), 0, nil, &n))
 	if Status(code) == ErrDeviceNotFound {
@@ -257,7 +272,11 @@ var versionRE = regexp.MustCompile(`^OpenCL (\d+)\.(\d+)`)
 // VersionNumber returns the device's OpenCL version as major and minor
 // numbers, parsed from Version ("OpenCL 1.2 ..."); 0, 0 if it cannot be read.
 // Use it to detect features newer than the 1.2 API this package targets.
+// A nil Device returns 0, 0.
 func (d *Device) VersionNumber() (major, minor int) {
+	if d == nil {
+		return 0, 0
+	}
 	m := versionRE.FindStringSubmatch(d.Version)
 	if m == nil {
 		return 0, 0
@@ -267,8 +286,11 @@ func (d *Device) VersionNumber() (major, minor int) {
 	return major, minor
 }
 
-// String returns "platform:device name (platform name)".
+// String returns "platform:device name (platform name)", or "<nil>".
 func (d *Device) String() string {
+	if d == nil || d.Platform == nil {
+		return "<nil>"
+	}
 	return fmt.Sprintf("%d:%d %s (%s)", d.Platform.Index, d.Index, d.Name, d.Platform.Name)
 }
 
@@ -294,11 +316,18 @@ const DeviceEnv = "CLPOOL_DEVICE"
 
 var indexRE = regexp.MustCompile(`^(\d+):(\d+)$`)
 
-// SelectDevice returns the device that CLPOOL_DEVICE names, or the first
-// device found if it is unset or empty. The variable holds either
+// SelectDevice returns the device that CLPOOL_DEVICE names: either
 // "platform:device" indices ("1:0") or a case-insensitive substring of the
-// platform or device name, vendor or platform version ("pocl", "oclgrind"). A value that matches nothing
-// is an error that lists the devices found.
+// platform or device name, vendor or platform version ("pocl",
+// "oclgrind"). A value that matches nothing is an error that lists the
+// devices found.
+//
+// Among the devices that match, or all devices if CLPOOL_DEVICE is unset or
+// empty, it returns the first, in platform order, that is not a simulator
+// (see Device.IsSimulator), and the first simulator only if nothing else
+// matches. The ICD loader may list Oclgrind first, and a simulator runs
+// kernels far slower than real hardware: it is used when asked for by name
+// or indices, or when it is all there is.
 func SelectDevice() (*Device, error) {
 	return selectDevice(os.Getenv(DeviceEnv))
 }
@@ -312,23 +341,19 @@ func selectDevice(want string) (*Device, error) {
 		return nil, misuse("clGetDeviceIDs", ErrDeviceNotFound, "no OpenCL device found: is an ICD (pocl-opencl-icd) installed, and does OCL_ICD_VENDORS point at it?")
 	}
 	want = strings.TrimSpace(want)
-	if want == "" {
-		return all[0], nil
+	var matches []*Device
+	for _, d := range all {
+		if names(want, d) {
+			matches = append(matches, d)
+		}
 	}
-	if m := indexRE.FindStringSubmatch(want); m != nil {
-		pi, _ := strconv.Atoi(m[1])
-		di, _ := strconv.Atoi(m[2])
-		for _, d := range all {
-			if d.Platform.Index == pi && d.Index == di {
-				return d, nil
-			}
+	for _, d := range matches {
+		if !d.IsSimulator() {
+			return d, nil
 		}
-	} else {
-		for _, d := range all {
-			if d.Matches(want) {
-				return d, nil
-			}
-		}
+	}
+	if len(matches) > 0 {
+		return matches[0], nil
 	}
 	var list strings.Builder
 	for _, d := range all {
@@ -337,11 +362,49 @@ func selectDevice(want string) (*Device, error) {
 	return nil, misuse("clGetDeviceIDs", ErrDeviceNotFound, fmt.Sprintf("%s=%q matches no device; found:%s", DeviceEnv, want, list.String()))
 }
 
+// names reports whether want, a value of CLPOOL_DEVICE, names d. An empty
+// value names every device.
+func names(want string, d *Device) bool {
+	if want == "" {
+		return true
+	}
+	if m := indexRE.FindStringSubmatch(want); m != nil {
+		pi, _ := strconv.Atoi(m[1])
+		di, _ := strconv.Atoi(m[2])
+		return d.Platform.Index == pi && d.Index == di
+	}
+	return d.Matches(want)
+}
+
+// simulatorPlatforms names, in lower case, the platforms that simulate a
+// device rather than run on one.
+var simulatorPlatforms = []string{"oclgrind"}
+
+// IsSimulator reports whether the device is simulated (Oclgrind), which
+// runs kernels far slower than real hardware: SelectDevice picks one only
+// when asked by name or when there is no other device. A nil Device is not
+// a simulator.
+func (d *Device) IsSimulator() bool {
+	if d == nil || d.Platform == nil {
+		return false
+	}
+	for _, name := range simulatorPlatforms {
+		if strings.Contains(strings.ToLower(d.Platform.Name), name) {
+			return true
+		}
+	}
+	return false
+}
+
 // Matches reports whether name is a case-insensitive substring of the
 // device's or platform's name or vendor, or of the platform's version (POCL
 // calls its platform "Portable Computing Language" and says "PoCL" only in
 // its version and vendor). It is how CLPOOL_DEVICE picks a device by name.
+// A nil Device matches nothing.
 func (d *Device) Matches(name string) bool {
+	if d == nil || d.Platform == nil {
+		return false
+	}
 	name = strings.ToLower(name)
 	for _, s := range []string{d.Name, d.Vendor, d.Platform.Name, d.Platform.Vendor, d.Platform.Version} {
 		if strings.Contains(strings.ToLower(s), name) {

@@ -79,8 +79,12 @@ func (p *Program) buildLog() string {
 	return strings.Join(logs, "\n")
 }
 
-// Release releases the program. It is idempotent.
+// Release releases the program. It is idempotent. A nil Program returns an
+// error matching ErrInvalidProgram.
 func (p *Program) Release() error {
+	if p == nil {
+		return misuse("clReleaseProgram", ErrInvalidProgram, "program is nil")
+	}
 	if !p.released.CompareAndSwap(false, true) {
 		return nil
 	}
@@ -99,14 +103,15 @@ func (p *Program) Release() error {
 type Kernel struct {
 	id       C.cl_kernel
 	name     string
-	serial   bool // see serialMu
+	ctx      *Context // the program's
+	serial   bool     // see serialMu
 	released atomic.Bool
 }
 
 // Kernel makes the kernel called name.
 func (p *Program) Kernel(name string) (*Kernel, error) {
-	if p.released.Load() {
-		return nil, misuse("clCreateKernel", ErrInvalidProgram, "program is released")
+	if p == nil || p.released.Load() {
+		return nil, misuse("clCreateKernel", ErrInvalidProgram, "program is nil or released")
 	}
 	if p.ctx.serial {
 		serialMu.Lock()
@@ -120,11 +125,16 @@ func (p *Program) Kernel(name string) (*Kernel, error) {
 	if err := callErr("clCreateKernel", int32(code)); err != nil {
 		return nil, &CallError{Call: "clCreateKernel", Status: Status(code), Detail: name}
 	}
-	return &Kernel{id: id, name: name, serial: p.ctx.serial}, nil
+	return &Kernel{id: id, name: name, ctx: p.ctx, serial: p.ctx.serial}, nil
 }
 
-// Name returns the kernel's function name.
-func (k *Kernel) Name() string { return k.name }
+// Name returns the kernel's function name; "" for a nil Kernel.
+func (k *Kernel) Name() string {
+	if k == nil {
+		return ""
+	}
+	return k.name
+}
 
 // LocalMem is a kernel argument of local memory of the given byte size.
 type LocalMem int
@@ -132,10 +142,11 @@ type LocalMem int
 // SetArg sets argument i. The value's Go type picks the C type: *Buffer
 // (cl_mem), int8/uint8/int16/uint16/int32/uint32/int64/uint64, float32,
 // float64 (char ... double), and LocalMem (__local memory of that size).
+// A buffer must belong to the kernel's context (else ErrInvalidMemObject).
 func (k *Kernel) SetArg(i int, v any) error {
 	const call = "clSetKernelArg"
-	if k.released.Load() {
-		return misuse(call, ErrInvalidKernel, "kernel is released")
+	if k == nil || k.released.Load() {
+		return misuse(call, ErrInvalidKernel, "kernel is nil or released")
 	}
 	var size uintptr
 	var p unsafe.Pointer
@@ -144,6 +155,9 @@ func (k *Kernel) SetArg(i int, v any) error {
 		mem, err := x.handle(call)
 		if err != nil {
 			return err
+		}
+		if x.ctx != k.ctx {
+			return misuse(call, ErrInvalidMemObject, fmt.Sprintf("argument %d of %s: a buffer of another context than the kernel's", i, k.name))
 		}
 		size, p = unsafe.Sizeof(mem), unsafe.Pointer(&mem)
 	case LocalMem:
@@ -194,8 +208,12 @@ func (k *Kernel) SetArgs(args ...any) error {
 	return nil
 }
 
-// Release releases the kernel. It is idempotent.
+// Release releases the kernel. It is idempotent. A nil Kernel returns an
+// error matching ErrInvalidKernel.
 func (k *Kernel) Release() error {
+	if k == nil {
+		return misuse("clReleaseKernel", ErrInvalidKernel, "kernel is nil")
+	}
 	if !k.released.CompareAndSwap(false, true) {
 		return nil
 	}
@@ -220,7 +238,9 @@ func (q *CommandQueue) EnqueueKernel(k *Kernel, global, local []int) error {
 
 // EnqueueNDRangeKernel runs k over the global work size (1 to 3
 // dimensions). local may be nil to let the runtime choose; globalOffset may
-// be nil.
+// be nil. A global size below 1 is ErrInvalidGlobalWorkSize, a local size
+// below 1 ErrInvalidWorkGroupSize, a negative offset ErrInvalidGlobalOffset
+// (OpenCL 1.2), and a kernel of another context than q's ErrInvalidContext.
 func (q *CommandQueue) EnqueueNDRangeKernel(k *Kernel, globalOffset, global, local []int, wait ...*Event) (*Event, error) {
 	return q.enqueueNDRange(k, globalOffset, global, local, wait, true)
 }
@@ -234,19 +254,27 @@ func (q *CommandQueue) enqueueNDRange(k *Kernel, globalOffset, global, local []i
 	if k == nil || k.released.Load() {
 		return nil, misuse(call, ErrInvalidKernel, "kernel is nil or released")
 	}
+	if k.ctx != q.ctx {
+		return nil, misuse(call, ErrInvalidContext, fmt.Sprintf("kernel %s belongs to another context than the queue", k.name))
+	}
 	dims := len(global)
 	if dims < 1 || dims > 3 || (local != nil && len(local) != dims) || (globalOffset != nil && len(globalOffset) != dims) {
 		return nil, misuse(call, ErrInvalidWorkDimension, fmt.Sprintf("global %v, local %v, offset %v", global, local, globalOffset))
 	}
-	list, n, err := waitList(call, wait)
+	list, n, err := waitList(call, q.ctx, wait)
 	if err != nil {
 		return nil, err
 	}
 	var g, l, o [3]C.size_t
 	var lp, op *C.size_t
 	for i := 0; i < dims; i++ {
-		if global[i] < 0 || (local != nil && local[i] < 0) || (globalOffset != nil && globalOffset[i] < 0) {
-			return nil, misuse(call, ErrInvalidGlobalWorkSize, fmt.Sprintf("negative size in global %v, local %v, offset %v", global, local, globalOffset))
+		switch {
+		case global[i] < 1:
+			return nil, misuse(call, ErrInvalidGlobalWorkSize, fmt.Sprintf("global %v: every size must be at least 1", global))
+		case local != nil && local[i] < 1:
+			return nil, misuse(call, ErrInvalidWorkGroupSize, fmt.Sprintf("local %v: every size must be at least 1", local))
+		case globalOffset != nil && globalOffset[i] < 0:
+			return nil, misuse(call, ErrInvalidGlobalOffset, fmt.Sprintf("negative offset %v", globalOffset))
 		}
 		g[i] = C.size_t(global[i])
 		if local != nil {

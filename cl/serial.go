@@ -29,5 +29,6 @@ func needsSerial(devices []*Device) bool {
 }
 
 // Serialized reports whether calls on the context's objects are serialized
-// because its runtime is not safe for concurrent use (Oclgrind).
-func (c *Context) Serialized() bool { return c.serial }
+// because its runtime is not safe for concurrent use (Oclgrind); false for a
+// nil Context.
+func (c *Context) Serialized() bool { return c != nil && c.serial }

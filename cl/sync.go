@@ -34,11 +34,8 @@ func (q *CommandQueue) enqueueSync(call string, barrier bool, wait []*Event) (*E
 	if err != nil {
 		return nil, err
 	}
-	list, n, err := waitList(call, wait)
+	list, n, err := waitList(call, q.ctx, wait)
 	if err != nil {
-		return nil, err
-	}
-	if err := q.sameContext(call, wait); err != nil {
 		return nil, err
 	}
 	if q.ctx.serial {
@@ -55,17 +52,6 @@ func (q *CommandQueue) enqueueSync(call string, barrier bool, wait []*Event) (*E
 	runtime.KeepAlive(q)
 	runtime.KeepAlive(wait)
 	return q.finishEnqueue(call, code, ev, nil, !barrier)
-}
-
-// sameContext refuses events of another context, which some runtimes
-// accept and then mishandle.
-func (q *CommandQueue) sameContext(call string, wait []*Event) error {
-	for _, e := range wait {
-		if e.ctx != nil && e.ctx != q.ctx {
-			return misuse(call, ErrInvalidContext, "an event of the wait list belongs to another context")
-		}
-	}
-	return nil
 }
 
 // Retain returns a second handle of the same command (clRetainEvent):
@@ -165,7 +151,7 @@ func (q *CommandQueue) EnqueueMigrate(bufs []*Buffer, flags MigrationFlags, want
 			return nil, misuse(call, ErrInvalidContext, "a buffer of another context")
 		}
 	}
-	list, n, err := waitList(call, wait)
+	list, n, err := waitList(call, q.ctx, wait)
 	if err != nil {
 		return nil, err
 	}

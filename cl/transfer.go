@@ -40,7 +40,9 @@ func hostPtr(data []byte, blocking bool) (unsafe.Pointer, *runtime.Pinner) {
 	return p, pin
 }
 
-// transferArgs checks what every read and write needs.
+// transferArgs checks what every read, write, fill and copy needs: a live
+// queue, a live buffer of the queue's context and an offset that is not
+// negative.
 func (q *CommandQueue) transferArgs(call string, b *Buffer, offset int64) (C.cl_command_queue, C.cl_mem, error) {
 	qid, err := q.handle(call)
 	if err != nil {
@@ -49,6 +51,9 @@ func (q *CommandQueue) transferArgs(call string, b *Buffer, offset int64) (C.cl_
 	mem, err := b.handle(call)
 	if err != nil {
 		return nil, nil, err
+	}
+	if b.ctx != q.ctx {
+		return nil, nil, misuse(call, ErrInvalidContext, "the buffer belongs to another context than the queue")
 	}
 	if offset < 0 {
 		return nil, nil, misuse(call, ErrInvalidValue, fmt.Sprintf("negative offset %d", offset))
@@ -70,10 +75,11 @@ func (q *CommandQueue) finishEnqueue(call string, code C.cl_int, ev C.cl_event, 
 	return q.newEvent(ev, pin), nil
 }
 
-// EnqueueWriteBuffer copies src into b at offset. A blocking write returns
-// when src may be reused, and returns a nil Event. A non-blocking write
-// returns an Event that pins src until the write completes: Wait for it or
-// Release it, and leave src alone meanwhile.
+// EnqueueWriteBuffer copies src into b at offset; b must belong to q's
+// context (else ErrInvalidContext). A blocking write returns when src may
+// be reused, and returns a nil Event. A non-blocking write returns an Event
+// that pins src until the write completes: Wait for it or Release it, and
+// leave src alone meanwhile.
 func (q *CommandQueue) EnqueueWriteBuffer(b *Buffer, blocking bool, offset int64, src []byte, wait ...*Event) (*Event, error) {
 	return q.enqueueTransfer("clEnqueueWriteBuffer", 1, b, blocking, offset, src, wait)
 }
@@ -90,7 +96,7 @@ func (q *CommandQueue) enqueueTransfer(call string, write C.int, b *Buffer, bloc
 	if err != nil {
 		return nil, err
 	}
-	list, n, err := waitList(call, wait)
+	list, n, err := waitList(call, q.ctx, wait)
 	if err != nil {
 		return nil, err
 	}
@@ -124,18 +130,28 @@ func (q *CommandQueue) ReadBuffer(b *Buffer, offset int64, dst []byte) error {
 }
 
 // EnqueueFillBuffer fills size bytes of b from offset with copies of
-// pattern (1, 2, 4, ..., 128 bytes; offset and size multiples of its
-// length). The pattern is copied at once; it may be reused on return.
+// pattern. The pattern's length must be 1, 2, 4, 8, 16, 32, 64 or 128
+// bytes, offset and size multiples of it, and the region inside b; else
+// the result is ErrInvalidValue. The pattern is copied at once; it may be
+// reused on return.
 func (q *CommandQueue) EnqueueFillBuffer(b *Buffer, pattern []byte, offset, size int64, wait ...*Event) (*Event, error) {
 	const call = "clEnqueueFillBuffer"
 	qid, mem, err := q.transferArgs(call, b, offset)
 	if err != nil {
 		return nil, err
 	}
-	if size < 0 {
+	plen := int64(len(pattern))
+	switch {
+	case plen < 1 || plen > 128 || plen&(plen-1) != 0:
+		return nil, misuse(call, ErrInvalidValue, fmt.Sprintf("a pattern of %d bytes: it must have 1, 2, 4, 8, 16, 32, 64 or 128", plen))
+	case size < 0:
 		return nil, misuse(call, ErrInvalidValue, fmt.Sprintf("negative size %d", size))
+	case offset%plen != 0 || size%plen != 0:
+		return nil, misuse(call, ErrInvalidValue, fmt.Sprintf("offset %d and size %d must be multiples of the pattern's %d bytes", offset, size, plen))
+	case offset > b.size || size > b.size-offset:
+		return nil, misuse(call, ErrInvalidValue, fmt.Sprintf("region [%d, %d) is past the end of a %d-byte buffer", offset, offset+size, b.size))
 	}
-	list, n, err := waitList(call, wait)
+	list, n, err := waitList(call, q.ctx, wait)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +170,8 @@ func (q *CommandQueue) EnqueueFillBuffer(b *Buffer, pattern []byte, offset, size
 }
 
 // EnqueueCopyBuffer copies size bytes from src at srcOffset to dst at
-// dstOffset, on the device.
+// dstOffset, on the device. Both buffers must belong to q's context (else
+// ErrInvalidContext); a size of 0 is ErrInvalidValue.
 func (q *CommandQueue) EnqueueCopyBuffer(src, dst *Buffer, srcOffset, dstOffset, size int64, wait ...*Event) (*Event, error) {
 	const call = "clEnqueueCopyBuffer"
 	qid, smem, err := q.transferArgs(call, src, srcOffset)
@@ -165,10 +182,10 @@ func (q *CommandQueue) EnqueueCopyBuffer(src, dst *Buffer, srcOffset, dstOffset,
 	if err != nil {
 		return nil, err
 	}
-	if size < 0 {
-		return nil, misuse(call, ErrInvalidValue, fmt.Sprintf("negative size %d", size))
+	if size <= 0 {
+		return nil, misuse(call, ErrInvalidValue, fmt.Sprintf("size %d", size))
 	}
-	list, n, err := waitList(call, wait)
+	list, n, err := waitList(call, q.ctx, wait)
 	if err != nil {
 		return nil, err
 	}

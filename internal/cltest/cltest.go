@@ -1,10 +1,10 @@
 // Package cltest gives tests a command queue on the device CLPOOL_DEVICE
-// names, released when the test ends. It never skips: a test that needs a
-// device and finds none fails.
+// names, released when the test ends. Queue never skips: a test that needs
+// a device and finds none fails. Device skips a test that needs a
+// particular runtime (Oclgrind, say) where it is not installed.
 package cltest
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/clpool/clpool/cl"
@@ -21,10 +21,25 @@ func Queue(tb testing.TB) *cl.CommandQueue {
 	return q
 }
 
-// Simulator reports whether q runs on Oclgrind, where every work-item is
-// simulated and tests keep their sizes small.
+// Device returns the first device that name matches (cl.Device.Matches:
+// "pocl", "oclgrind"), and skips the test, saying why, if none does.
+func Device(tb testing.TB, name string) *cl.Device {
+	tb.Helper()
+	all, err := cl.AllDevices()
+	require.NoError(tb, err)
+	for _, d := range all {
+		if d.Matches(name) {
+			return d
+		}
+	}
+	tb.Skipf("this test needs a %q device, and none is installed (`make deps` installs POCL and Oclgrind)", name)
+	return nil
+}
+
+// Simulator reports whether q runs on a simulator (Oclgrind), where every
+// work-item is simulated and tests keep their sizes small.
 func Simulator(q *cl.CommandQueue) bool {
-	return strings.Contains(strings.ToLower(q.Device().Platform.Name), "oclgrind")
+	return q.Device().IsSimulator()
 }
 
 // Size returns small on a simulator or under -short, else full.
