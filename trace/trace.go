@@ -105,13 +105,25 @@ var (
 	timedHeader = []string{"op", "id", "size", "t"}
 )
 
+// LineError is Read's error at a line of a trace.
+type LineError struct {
+	Line int // from 1
+	Err  error
+}
+
+// Error names the line.
+func (e *LineError) Error() string { return fmt.Sprintf("trace: line %d: %v", e.Line, e.Err) }
+
+// Unwrap returns the error without the line.
+func (e *LineError) Unwrap() error { return e.Err }
+
 // Read parses a trace, timed or not. Blank lines and lines starting with #
 // are skipped, and so is the header, if the first other line is one.
 // Lines may be of any length. Read checks that every event line has the
 // same number of fields, three or four (with a time, a non-negative
 // integer); that every free names a live block, with size 0 or the size
 // it was allocated with; and that no id is allocated twice while live.
-// Errors name the line. The events Read returns have Size 0 for every
+// Errors are *LineError. The events Read returns have Size 0 for every
 // free.
 func Read(r io.Reader) ([]Event, error) {
 	p := parser{liveSize: map[int64]int64{}}
@@ -120,11 +132,11 @@ func Read(r io.Reader) ([]Event, error) {
 	for line := 1; ; line++ {
 		text, readErr := br.ReadString('\n')
 		if readErr != nil && !errors.Is(readErr, io.EOF) {
-			return nil, fmt.Errorf("trace: reading line %d: %w", line, readErr)
+			return nil, &LineError{Line: line, Err: fmt.Errorf("reading: %w", readErr)}
 		}
 		ev, ok, err := p.parse(strings.TrimSpace(text), line)
 		if err != nil {
-			return nil, fmt.Errorf("trace: line %d: %w", line, err)
+			return nil, &LineError{Line: line, Err: err}
 		}
 		if ok {
 			events = append(events, ev)

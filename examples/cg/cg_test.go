@@ -1,7 +1,10 @@
 package main
 
 import (
+	"github.com/clpool/clpool/trace"
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/clpool/clpool/allocator"
@@ -119,7 +122,25 @@ func TestCGOverTheRawAllocatorLeaksNothing(t *testing.T) {
 
 func TestRunPrintsTheComparison(t *testing.T) {
 	q := cltest.Queue(t) // the device the demo will pick
-	require.NoError(t, run(cltest.Size(q, 512, 8192), 10))
+	require.NoError(t, run(cltest.Size(q, 512, 8192), 10, "", false))
+}
+
+// -trace records the pooled run: a trace that reads back and replays,
+// with as many allocations as frees.
+func TestRunRecordsATrace(t *testing.T) {
+	q := cltest.Queue(t)
+	path := filepath.Join(t.TempDir(), "cg.tsv")
+	require.NoError(t, run(cltest.Size(q, 512, 8192), 10, path, true))
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	events, err := trace.Read(f)
+	require.NoError(t, err)
+	require.NotEmpty(t, events)
+	assert.True(t, trace.Timed(events))
+	s := trace.Summarize(events)
+	assert.Positive(t, s.PeakLiveBytes)
+	assert.Zero(t, s.Leaked, "every array of the solve was closed")
 }
 
 func benchIteration(b *testing.B, usePool bool) {
