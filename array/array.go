@@ -3,9 +3,12 @@ package array
 import (
 	"errors"
 	"fmt"
+	"math"
+	"reflect"
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
 )
 
@@ -16,24 +19,31 @@ type Elem interface {
 
 // Block is the device memory an array lives in. Both *mempool.PooledBuffer
 // and *cl.Buffer are Blocks, so pool.Allocate and a raw allocator's
-// Allocate both pass as an array's allocator.
+// Allocate both pass as an array's allocator. An array closes a
+// *cl.Buffer with allocator.Free rather than its own Close, so that the
+// buffer goes back through the allocator.Budget or allocator.Counting
+// that handed it out.
 type Block interface {
 	Buffer() *cl.Buffer
 	Close() error
 }
 
-// Alloc is an allocator as arrays keep it.
+// Alloc is an allocator as arrays keep it. A nil Alloc, given to a
+// constructor, stands for the default allocator (see SetDefaultAllocator).
 type Alloc func(size int64) (Block, error)
 
-// Sentinel errors of misused arrays.
+// Sentinel errors of misused arrays. Match them with errors.Is. The
+// errors that wrap them say "array:", the call that failed and, where
+// it takes several arrays, the operand: "array: IAdd: y: array is closed".
 var (
-	ErrClosed          = errors.New("array: array is closed")
-	ErrLengthMismatch  = errors.New("array: lengths differ")
-	ErrContextMismatch = errors.New("array: arrays of different contexts")
-	ErrQueueMismatch   = errors.New("array: arrays on different command queues")
-	ErrEmpty           = errors.New("array: empty array")
-	ErrOutOfRange      = errors.New("array: slice bounds out of range")
-	ErrOverlap         = errors.New("array: an in-place result overlaps an operand at another offset")
+	ErrClosed          = errors.New("array is closed")
+	ErrNilArray        = errors.New("nil array")
+	ErrLengthMismatch  = errors.New("lengths differ")
+	ErrContextMismatch = errors.New("arrays of different contexts")
+	ErrQueueMismatch   = errors.New("arrays on different command queues")
+	ErrEmpty           = errors.New("empty array")
+	ErrOutOfRange      = errors.New("slice bounds out of range")
+	ErrOverlap         = errors.New("an in-place result overlaps an operand at another offset")
 )
 
 // Array is a 1-D array of n elements of T in device memory, on a command
@@ -44,6 +54,10 @@ var (
 //
 // An Array may be a view (see Slice): its elements are then a window of
 // another array's memory, starting at Offset.
+//
+// A nil *Array is an error (ErrNilArray) for every call that returns one;
+// its accessors (Len, Offset, Buffer, Queue, Allocator, Closed) return zero
+// values.
 type Array[T Elem] struct {
 	q      *cl.CommandQueue
 	n      int
@@ -72,16 +86,25 @@ type Based interface {
 }
 
 func newStorage[T Elem](b Block) *storage {
-	s := &storage{block: b, base: b.Buffer()}
+	s := &storage{block: b}
 	if bb, ok := b.(Based); ok {
 		s.base, s.start = bb.Base(), int(bb.Offset()/elemSize[T]())
+	} else {
+		s.base = b.Buffer()
 	}
 	s.refs.Store(1)
 	return s
 }
 
-// adapt turns any allocator function into an Alloc.
+// adapt turns any allocator function into an Alloc; nil stays nil (the
+// default allocator).
 func adapt[B Block](alloc func(int64) (B, error)) Alloc {
+	if alloc == nil {
+		return nil
+	}
+	if a, ok := any(alloc).(func(int64) (Block, error)); ok {
+		return a // an Alloc already: wrapping it again would only add a call
+	}
 	return func(size int64) (Block, error) {
 		b, err := alloc(size)
 		if err != nil {
@@ -91,38 +114,121 @@ func adapt[B Block](alloc func(int64) (B, error)) Alloc {
 	}
 }
 
+// rawBlock is a *cl.Buffer from a raw allocator, as an array keeps it.
+// Close frees it with allocator.Free, that is through the allocator.Budget
+// or allocator.Counting that handed it out, if one did, so that the budget
+// gets its bytes back and the count sees the free; releasing the buffer
+// directly would go behind their back.
+type rawBlock struct{ buf *cl.Buffer }
+
+func (r rawBlock) Buffer() *cl.Buffer { return r.buf }
+func (r rawBlock) Close() error       { return allocator.Free(r.buf) }
+
+// isNil reports whether b is nil, or a nil pointer (a raw allocator's nil
+// *cl.Buffer) in a Block.
+func isNil(b Block) bool {
+	if b == nil {
+		return true
+	}
+	v := reflect.ValueOf(b)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
 func elemSize[T Elem]() int64 {
 	var z T
 	return int64(unsafe.Sizeof(z))
 }
 
 // Empty returns an array of n elements whose contents are undefined.
-// alloc is pool.Allocate, or a raw allocator's Allocate.
+// alloc is pool.Allocate, or a raw allocator's Allocate; nil means the
+// default allocator (see SetDefaultAllocator). A negative n, or one whose
+// bytes exceed the device's largest buffer (MaxMemAllocSize), is an
+// error matching cl.ErrInvalidBufferSize, found before the allocator is
+// asked.
 func Empty[T Elem, B Block](q *cl.CommandQueue, n int, alloc func(int64) (B, error)) (*Array[T], error) {
-	return newArray[T](q, n, adapt(alloc))
+	return newArray[T]("Empty", q, n, adapt(alloc))
 }
 
-func newArray[T Elem](q *cl.CommandQueue, n int, alloc Alloc) (*Array[T], error) {
+// newArray makes an array of n elements for the exported call op, with
+// memory from alloc (nil: the default allocator).
+func newArray[T Elem](op string, q *cl.CommandQueue, n int, alloc Alloc) (*Array[T], error) {
 	if q == nil {
-		return nil, fmt.Errorf("array: nil queue: %w", cl.ErrInvalidCommandQueue)
+		return nil, fmt.Errorf("array: %s: nil queue: %w", op, cl.ErrInvalidCommandQueue)
 	}
-	if n < 0 {
-		return nil, fmt.Errorf("array: negative length %d: %w", n, cl.ErrInvalidBufferSize)
+	size, err := byteSize[T](q, n)
+	if err != nil {
+		return nil, fmt.Errorf("array: %s: %w", op, err)
+	}
+	if alloc == nil {
+		alloc = defaultFor(q)
 	}
 	a := &Array[T]{q: q, n: n, alloc: alloc}
 	if n == 0 {
 		return a, nil
 	}
-	b, err := alloc(int64(n) * elemSize[T]())
+	b, err := allocate(alloc, size, q)
 	if err != nil {
-		return nil, fmt.Errorf("array: allocating %d elements: %w", n, err)
+		return nil, fmt.Errorf("array: %s: allocating %d %T elements (%d bytes): %w", op, n, *new(T), size, err)
+	}
+	a.store = newStorage[T](b)
+	if err := checkMemory(a.store.base, q); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("array: %s: %w", op, err)
+	}
+	return a, nil
+}
+
+// byteSize returns the bytes of n elements of T, or an error matching
+// cl.ErrInvalidBufferSize for a negative n, or for one whose bytes exceed
+// the largest buffer of q's device. The comparison divides rather than
+// multiplies: n·size can overflow int64 (n = 1<<61 float64 elements is 0
+// bytes in int64 arithmetic).
+func byteSize[T Elem](q *cl.CommandQueue, n int) (int64, error) {
+	if n < 0 {
+		return 0, fmt.Errorf("negative length %d: %w", n, cl.ErrInvalidBufferSize)
+	}
+	largest := int64(math.MaxInt64)
+	if d := q.Device(); d != nil && d.MaxMemAllocSize > 0 {
+		largest = d.MaxMemAllocSize
+	}
+	if int64(n) > largest/elemSize[T]() {
+		return 0, fmt.Errorf("%d %T elements are more than the device's largest buffer (%d bytes) holds: %w",
+			n, *new(T), largest, cl.ErrInvalidBufferSize)
+	}
+	return int64(n) * elemSize[T](), nil
+}
+
+// allocate asks alloc for size bytes for an array on q, and returns the
+// block as the array keeps it.
+func allocate(alloc Alloc, size int64, q *cl.CommandQueue) (Block, error) {
+	b, err := alloc(size)
+	if err != nil {
+		return nil, err
+	}
+	if isNil(b) {
+		return nil, errors.New("the allocator returned neither memory nor an error")
+	}
+	if buf, ok := b.(*cl.Buffer); ok {
+		b = rawBlock{buf}
 	}
 	if err := onQueue(b, q); err != nil {
 		_ = b.Close()
-		return nil, fmt.Errorf("array: allocating %d elements: %w", n, err)
+		return nil, err
 	}
-	a.store = newStorage[T](b)
-	return a, nil
+	return b, nil
+}
+
+// checkMemory refuses a block that has no buffer, or whose buffer is of
+// another context than q (a default allocator set for one context, used on
+// a queue of another).
+func checkMemory(buf *cl.Buffer, q *cl.CommandQueue) error {
+	if buf == nil {
+		return errors.New("the allocator's block has no buffer")
+	}
+	if buf.Context() != q.Context() {
+		return fmt.Errorf("the allocator's memory is not in the queue's context: %w", ErrContextMismatch)
+	}
+	return nil
 }
 
 // queued is a Block that knows the queue it was allocated for and can
@@ -142,65 +248,87 @@ func onQueue(b Block, q *cl.CommandQueue) error {
 	return nil
 }
 
-// Zeros returns an array of n zeros.
+// Zeros returns an array of n zeros. alloc and n are as for Empty.
 func Zeros[T Elem, B Block](q *cl.CommandQueue, n int, alloc func(int64) (B, error)) (*Array[T], error) {
-	return Full[T](q, n, 0, alloc)
+	return full[T]("Zeros", q, n, 0, adapt(alloc))
 }
 
-// Full returns an array of n copies of v.
+// Full returns an array of n copies of v. alloc and n are as for Empty.
 func Full[T Elem, B Block](q *cl.CommandQueue, n int, v T, alloc func(int64) (B, error)) (*Array[T], error) {
-	a, err := Empty[T](q, n, alloc)
+	return full[T]("Full", q, n, v, adapt(alloc))
+}
+
+func full[T Elem](op string, q *cl.CommandQueue, n int, v T, alloc Alloc) (*Array[T], error) {
+	a, err := newArray[T](op, q, n, alloc)
 	if err != nil {
 		return nil, err
 	}
-	if err := a.Fill(v); err != nil {
+	if err := a.fill(op, v); err != nil {
 		a.Close()
 		return nil, err
 	}
 	return a, nil
 }
 
-// Arange returns start, start+step, ..., n elements.
+// Arange returns start, start+step, ..., n elements. alloc and n are as
+// for Empty.
 func Arange[T Elem, B Block](q *cl.CommandQueue, n int, start, step T, alloc func(int64) (B, error)) (*Array[T], error) {
-	a, err := Empty[T](q, n, alloc)
+	a, err := newArray[T]("Arange", q, n, adapt(alloc))
 	if err != nil || n == 0 {
 		return a, err
 	}
-	if err := run[T](q, "arange", n, nil, a.buf(), a.offset(), start, step, int64(n)); err != nil {
+	if err := run[T]("Arange", q, "arange", n, nil, a.buf(), a.offset(), start, step, int64(n)); err != nil {
 		a.Close()
 		return nil, err
 	}
 	return a, nil
 }
 
-// FromHost returns an array holding a copy of data.
+// FromHost returns an array holding a copy of data. alloc is as for Empty.
 func FromHost[T Elem, B Block](q *cl.CommandQueue, data []T, alloc func(int64) (B, error)) (*Array[T], error) {
-	a, err := Empty[T](q, len(data), alloc)
+	a, err := newArray[T]("FromHost", q, len(data), adapt(alloc))
 	if err != nil || len(data) == 0 {
 		return a, err
 	}
 	if err := q.WriteBuffer(a.buf(), a.offset()*elemSize[T](), cl.Bytes(data)); err != nil {
 		a.Close()
-		return nil, fmt.Errorf("array: upload: %w", err)
+		return nil, fmt.Errorf("array: FromHost: %w", err)
 	}
 	return a, nil
 }
 
 // Len returns the number of elements.
-func (a *Array[T]) Len() int { return a.n }
+func (a *Array[T]) Len() int {
+	if a == nil {
+		return 0
+	}
+	return a.n
+}
 
 // Queue returns the queue the array's operations run on.
-func (a *Array[T]) Queue() *cl.CommandQueue { return a.q }
+func (a *Array[T]) Queue() *cl.CommandQueue {
+	if a == nil {
+		return nil
+	}
+	return a.q
+}
 
-// Allocator returns the allocator the array and its results use.
-func (a *Array[T]) Allocator() Alloc { return a.alloc }
+// Allocator returns the allocator the array and its results use: the one
+// it was made with, or for an array made with nil, the default allocator
+// in effect then.
+func (a *Array[T]) Allocator() Alloc {
+	if a == nil {
+		return nil
+	}
+	return a.alloc
+}
 
 // Buffer returns the device buffer (nil for an empty or closed array). The
 // array's elements are Len elements from Offset on; the buffer may be
 // longer (a pool's block, the segment an arena's block is part of, or the
 // memory of the array a view was sliced from).
 func (a *Array[T]) Buffer() *cl.Buffer {
-	if a.closed || a.store == nil {
+	if a == nil || a.closed || a.store == nil {
 		return nil
 	}
 	return a.store.base
@@ -209,7 +337,10 @@ func (a *Array[T]) Buffer() *cl.Buffer {
 // Offset returns the index in Buffer of the array's first element: 0 but
 // for views and arrays in an arena's block (see Based).
 func (a *Array[T]) Offset() int {
-	if a.store == nil {
+	switch {
+	case a == nil:
+		return 0
+	case a.store == nil:
 		return a.off
 	}
 	return a.store.start + a.off
@@ -227,11 +358,11 @@ func (a *Array[T]) offset() int64   { return int64(a.store.start + a.off) }
 // closed, in any order. Bounds outside 0 <= lo <= hi <= Len are an error
 // (ErrOutOfRange).
 func (a *Array[T]) Slice(lo, hi int) (*Array[T], error) {
-	if a.closed {
-		return nil, fmt.Errorf("array: slice: %w", ErrClosed)
+	if err := check("Slice", self(a)); err != nil {
+		return nil, err
 	}
 	if lo < 0 || hi < lo || hi > a.n {
-		return nil, fmt.Errorf("array: slice [%d:%d] of %d elements: %w", lo, hi, a.n, ErrOutOfRange)
+		return nil, fmt.Errorf("array: Slice: [%d:%d] of %d elements: %w", lo, hi, a.n, ErrOutOfRange)
 	}
 	v := &Array[T]{q: a.q, n: hi - lo, alloc: a.alloc}
 	if v.n > 0 {
@@ -243,25 +374,30 @@ func (a *Array[T]) Slice(lo, hi int) (*Array[T], error) {
 
 // Get downloads the array, waiting for the operations before it.
 func (a *Array[T]) Get() ([]T, error) {
-	if a.closed {
-		return nil, ErrClosed
+	if err := check("Get", self(a)); err != nil {
+		return nil, err
 	}
+	return a.get("Get")
+}
+
+// get is Get, for the exported call op.
+func (a *Array[T]) get(op string) ([]T, error) {
 	out := make([]T, a.n)
 	if a.n == 0 {
 		return out, nil
 	}
 	if err := a.q.ReadBuffer(a.buf(), a.offset()*elemSize[T](), cl.Bytes(out)); err != nil {
-		return nil, fmt.Errorf("array: download: %w", err)
+		return nil, fmt.Errorf("array: %s: %w", op, err)
 	}
 	return out, nil
 }
 
 // Copy returns a new array with the same elements, from the same allocator.
 func (a *Array[T]) Copy() (*Array[T], error) {
-	if a.closed {
-		return nil, ErrClosed
+	if err := check("Copy", self(a)); err != nil {
+		return nil, err
 	}
-	c, err := newArray[T](a.q, a.n, a.alloc)
+	c, err := newArray[T]("Copy", a.q, a.n, a.alloc)
 	if err != nil || a.n == 0 {
 		return c, err
 	}
@@ -271,63 +407,92 @@ func (a *Array[T]) Copy() (*Array[T], error) {
 	}
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("array: copy: %w", err)
+		return nil, fmt.Errorf("array: Copy: %w", err)
 	}
 	return c, nil
 }
 
 // Close gives the array's memory back to its allocator (to the pool, for a
-// pooled one), once no view of it remains open. Commands already enqueued
-// on the array's in-order queue still see the memory: the queue runs them
-// before any later user of the block. A second Close returns ErrClosed.
+// pooled one; through allocator.Free, for a raw allocator's *cl.Buffer),
+// once no view of it remains open. Commands already enqueued on the
+// array's in-order queue still see the memory: the queue runs them before
+// any later user of the block. A second Close returns ErrClosed.
 func (a *Array[T]) Close() error {
-	if a.closed {
-		return ErrClosed
+	if err := check("Close", self(a)); err != nil {
+		return err
 	}
 	a.closed = true
 	if a.store == nil || a.store.refs.Add(-1) > 0 {
 		return nil
 	}
-	return a.store.block.Close()
+	if err := a.store.block.Close(); err != nil {
+		return fmt.Errorf("array: Close: %w", err)
+	}
+	return nil
 }
 
 // Closed reports whether Close has been called.
-func (a *Array[T]) Closed() bool { return a.closed }
+func (a *Array[T]) Closed() bool { return a != nil && a.closed }
 
-// check returns an error unless a and every other array are open, on one
-// queue and, when sameLen, of a's length. Operands on different queues
-// are refused (ErrQueueMismatch) rather than ordered: a kernel on one
-// queue would race with the pending work of the other.
-func (a *Array[T]) check(op string, others ...*Array[T]) error {
-	if a.closed {
-		return fmt.Errorf("array: %s: %w", op, ErrClosed)
-	}
-	for _, o := range others {
+// operand is an array an operation takes, with the name the operation's
+// documentation gives it ("x", "y"), for its errors.
+type operand[T Elem] struct {
+	name string
+	a    *Array[T]
+}
+
+// self is the only operand of a method that takes no other array; its
+// errors need no name.
+func self[T Elem](a *Array[T]) operand[T] { return operand[T]{a: a} }
+
+// check returns an error unless every operand is an open array, and all
+// are on one queue and of one length. Operands on different queues are
+// refused (ErrQueueMismatch) rather than ordered: a kernel on one queue
+// would race with the pending work of the other. The error names op and,
+// when there are several operands, the failing one.
+func check[T Elem](op string, operands ...operand[T]) error {
+	for _, o := range operands {
+		var err error
 		switch {
-		case o.closed:
-			return fmt.Errorf("array: %s: %w", op, ErrClosed)
-		case o.q.Context() != a.q.Context():
-			return fmt.Errorf("array: %s: %w", op, ErrContextMismatch)
-		case o.q != a.q:
-			return fmt.Errorf("array: %s: %w", op, ErrQueueMismatch)
-		case o.n != a.n:
-			return fmt.Errorf("array: %s: lengths %d and %d: %w", op, a.n, o.n, ErrLengthMismatch)
+		case o.a == nil:
+			err = ErrNilArray
+		case o.a.closed:
+			err = ErrClosed
+		default:
+			continue
+		}
+		if len(operands) == 1 {
+			return fmt.Errorf("array: %s: %w", op, err)
+		}
+		return fmt.Errorf("array: %s: %s: %w", op, o.name, err)
+	}
+	first := operands[0]
+	for _, o := range operands[1:] {
+		switch {
+		case o.a.q.Context() != first.a.q.Context():
+			return fmt.Errorf("array: %s: %s and %s: %w", op, first.name, o.name, ErrContextMismatch)
+		case o.a.q != first.a.q:
+			return fmt.Errorf("array: %s: %s and %s: %w", op, first.name, o.name, ErrQueueMismatch)
+		case o.a.n != first.a.n:
+			return fmt.Errorf("array: %s: %s has %d elements, %s has %d: %w", op, o.name, o.a.n, first.name, first.a.n, ErrLengthMismatch)
 		}
 	}
 	return nil
 }
 
-// checkInto is check for an update of z from operands (z may be one of
-// them): it also refuses, with ErrOverlap, an operand that shares z's
-// memory at another offset and overlaps it, since an element-wise kernel
-// would then read elements that other work-items have already overwritten.
-func (z *Array[T]) checkInto(op string, operands ...*Array[T]) error {
-	if err := z.check(op, operands...); err != nil {
+// checkInPlace is check for an update of z from z and the other operands:
+// it also refuses, with ErrOverlap, an operand that shares z's memory at
+// another offset and overlaps it, since an element-wise kernel would then
+// read elements that other work-items have already overwritten.
+func checkInPlace[T Elem](op string, z operand[T], others ...operand[T]) error {
+	if err := check(op, append([]operand[T]{z}, others...)...); err != nil {
 		return err
 	}
-	for _, x := range operands {
-		if x.store == z.store && x.off != z.off && x.off < z.off+z.n && z.off < x.off+x.n {
-			return fmt.Errorf("array: %s: [%d:%d] and [%d:%d]: %w", op, z.off, z.off+z.n, x.off, x.off+x.n, ErrOverlap)
+	for _, x := range others {
+		zs, xs := z.a, x.a
+		if xs.store == zs.store && xs.off != zs.off && xs.off < zs.off+zs.n && zs.off < xs.off+xs.n {
+			return fmt.Errorf("array: %s: %s is [%d:%d] and %s is [%d:%d] of the same memory: %w",
+				op, z.name, zs.off, zs.off+zs.n, x.name, xs.off, xs.off+xs.n, ErrOverlap)
 		}
 	}
 	return nil

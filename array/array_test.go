@@ -279,7 +279,7 @@ func TestMisuse(t *testing.T) {
 
 	_, err = array.Add(a, b)
 	assert.ErrorIs(t, err, array.ErrLengthMismatch)
-	assert.ErrorContains(t, err, "lengths 4 and 5")
+	assert.ErrorContains(t, err, "y has 5 elements, x has 4")
 	_, err = array.Dot(a, b)
 	assert.ErrorIs(t, err, array.ErrLengthMismatch)
 	assert.ErrorIs(t, a.IAxpy(2, b), array.ErrLengthMismatch)

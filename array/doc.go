@@ -21,12 +21,60 @@
 // allocator as an Alloc, and every result and temporary of an operation on
 // it is allocated with it.
 //
+// Memory goes back through the allocator it came from: a pooled block to
+// its pool, and a raw allocator's *cl.Buffer through allocator.Free, which
+// runs the Free of the allocator.Budget or allocator.Counting that handed
+// it out (a Budget then gets its bytes back, a Counting counts the free).
+//
+// # The default allocator
+//
+// A constructor given no allocator, a nil one, uses the package's default,
+// as CuPy's arrays use the allocator of cupy.cuda.set_allocator.
+// SetDefaultAllocator sets it (taking pool.Allocate or a raw allocator's
+// Allocate, as constructors do) and returns the previous one;
+// DefaultAllocator returns it. Both are safe for concurrent use. Go cannot
+// infer a constructor's block type from a bare nil, so nil is written
+// array.Alloc(nil), or with the type arguments spelled out:
+//
+//	prev := array.SetDefaultAllocator(pool.Allocate)
+//	defer array.SetDefaultAllocator(prev)
+//	x, err := array.Zeros[float32](q, n, array.Alloc(nil))   // from the pool
+//	y, err := array.Zeros[float32, array.Block](q, n, nil)   // the same
+//
+// Out of the box (and after SetDefaultAllocator(array.Alloc(nil))) the
+// default is a plain read-write buffer of the queue's context for each
+// array, released at Close, as pyopencl.array allocates without an
+// allocator. It is not a pool, as CuPy's default is, on purpose: a global
+// pool would hold device memory for the life of the process, for every
+// context a program ever used, out of the reach of the code that owns the
+// contexts; and a pool for one context cannot serve arrays of another. Set
+// a pool as the default for that. The default is read when an array is
+// made: the array's results and temporaries keep using it after the
+// default changes. An allocator whose memory is not in the queue's context
+// (a pool of another context, set as the default) is refused with
+// ErrContextMismatch.
+//
+// # Errors
+//
+// Lengths are checked before the allocator is asked: a negative length, or
+// one whose bytes exceed the device's largest buffer (MaxMemAllocSize; also
+// where they would overflow int64), is an error matching
+// cl.ErrInvalidBufferSize. A nil *Array is an error (ErrNilArray) for
+// every call that returns one, and a nil queue one matching
+// cl.ErrInvalidCommandQueue. Errors say "array:" once, then the call that
+// failed and, where it takes several arrays, the operand, as in
+// "array: IAdd: y has 11 elements, x has 10: lengths differ"; match the
+// sentinels (ErrClosed, ErrLengthMismatch, ...) with errors.Is.
+//
 // # Kernels
 //
 // The element-wise kernels (Add, Sub, Mul, Div, Scale, Axpy, Tridiag, Fill,
 // and the in-place I... methods) and the two-stage reductions (Sum, Dot,
 // Max, Min) are built once per context and element type, on first use, and
 // shared by all goroutines. ReleaseKernels drops them for a context.
+//
+// Max and Min of floating-point arrays propagate NaN as numpy's max and
+// min do: one NaN element makes the result NaN.
 //
 // # Views
 //
@@ -58,6 +106,6 @@
 // Close gives an array's memory back (at the last Close of the array and
 // its views). Arrays over a pool that are dropped
 // without Close come back after garbage collection, as pooled buffers do;
-// arrays over a raw allocator release their *cl.Buffer only in Close. An
-// Array is for one goroutine at a time.
+// arrays over a raw allocator, or the built-in default, free their
+// *cl.Buffer only in Close. An Array is for one goroutine at a time.
 package array

@@ -66,3 +66,39 @@ func ExampleArray_Slice() {
 	// [20 30 40 50] 2
 	// 0
 }
+
+// SetDefaultAllocator makes a pool the allocator of arrays made with none
+// (nil), and of their results; it returns the previous default, to put
+// back when done. Out of the box, the default is plain buffers of the
+// queue's context.
+func ExampleSetDefaultAllocator() {
+	q, err := cl.DefaultQueue()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer q.Release()
+	imm, _ := allocator.NewImmediate(q, cl.MemReadWrite)
+	pool, _ := mempool.New(imm)
+	defer pool.Close()
+
+	previous := array.SetDefaultAllocator(pool.Allocate)
+	defer array.SetDefaultAllocator(previous)
+
+	x, err := array.Arange[float32](q, 4, 0, 1, array.Alloc(nil)) // nil: the default, the pool
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	y, _ := array.Scale(2, x) // from x's allocator: the pool
+	fmt.Println(pool.ActiveBlocks())
+	got, _ := y.Get()
+	fmt.Println(got)
+	x.Close()
+	y.Close()
+	fmt.Println(pool.ActiveBlocks())
+	// Output:
+	// 2
+	// [0 2 4 6]
+	// 0
+}

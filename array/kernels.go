@@ -19,6 +19,7 @@ const kernelSource = `
 typedef %s T;
 #define LOWEST (%s)
 #define HIGHEST (%s)
+#define ISNAN(v) (%s)
 
 kernel void fill(global T *z, long zo, T a, long n) {
 	long i = get_global_id(0);
@@ -73,16 +74,24 @@ kernel void NAME(global T *out, long oo, global const T *x, long xo, global cons
 }
 REDUCE(rsum, (T)0, x[i], PLUS)
 REDUCE(rdot, (T)0, x[i] * y[i], PLUS)
-REDUCE(rmax, LOWEST, x[i], max)
-REDUCE(rmin, HIGHEST, x[i], min)
+// MAX and MIN propagate NaN, as numpy's max and min do: once a NaN is
+// the accumulator it stays, and a NaN operand replaces it (a > NaN is
+// false). OpenCL C's max and min leave NaN operands undefined.
+#define MAX(a, b) ((ISNAN(a) || (a) > (b)) ? (a) : (b))
+#define MIN(a, b) ((ISNAN(a) || (a) < (b)) ? (a) : (b))
+REDUCE(rmax, LOWEST, x[i], MAX)
+REDUCE(rmin, HIGHEST, x[i], MIN)
 `
 
 // kernelNames are the kernels of kernelSource.
 var kernelNames = []string{"fill", "arange", "add", "sub", "mul", "div_", "scale", "axpy", "tridiag", "rsum", "rdot", "rmax", "rmin"}
 
-// clType describes an element type to the OpenCL compiler.
+// clType describes an element type to the OpenCL compiler: its name, its
+// least and greatest values, the test for NaN of a value v (0 for
+// integers, which have none) and the pragma it needs.
 type clType struct {
 	name, lowest, highest string
+	isnan                 string
 	pragma                string
 }
 
@@ -90,15 +99,15 @@ func typeOf[T Elem]() clType {
 	var z T
 	switch any(z).(type) {
 	case float32:
-		return clType{"float", "-INFINITY", "INFINITY", ""}
+		return clType{"float", "-INFINITY", "INFINITY", "isnan(v)", ""}
 	case float64:
-		return clType{"double", "-INFINITY", "INFINITY", "#pragma OPENCL EXTENSION cl_khr_fp64 : enable"}
+		return clType{"double", "-INFINITY", "INFINITY", "isnan(v)", "#pragma OPENCL EXTENSION cl_khr_fp64 : enable"}
 	case int32:
-		return clType{"int", "INT_MIN", "INT_MAX", ""}
+		return clType{"int", "INT_MIN", "INT_MAX", "0", ""}
 	case int64:
-		return clType{"long", "LONG_MIN", "LONG_MAX", ""}
+		return clType{"long", "LONG_MIN", "LONG_MAX", "0", ""}
 	default: // uint32
-		return clType{"uint", "0", "UINT_MAX", ""}
+		return clType{"uint", "0", "UINT_MAX", "0", ""}
 	}
 }
 
@@ -136,16 +145,16 @@ func kernelsFor[T Elem](ctx *cl.Context) (*kernelSet, error) {
 	if ks := cache.sets[key]; ks != nil {
 		return ks, nil
 	}
-	prog, err := ctx.BuildProgram(fmt.Sprintf(kernelSource, t.pragma, t.name, t.lowest, t.highest), "")
+	prog, err := ctx.BuildProgram(fmt.Sprintf(kernelSource, t.pragma, t.name, t.lowest, t.highest, t.isnan), "")
 	if err != nil {
-		return nil, fmt.Errorf("array: building the %s kernels: %w", t.name, err)
+		return nil, fmt.Errorf("building the %s kernels: %w", t.name, err)
 	}
 	ks := &kernelSet{prog: prog, kernels: map[string]*guardedKernel{}}
 	for _, name := range kernelNames {
 		k, err := prog.Kernel(name)
 		if err != nil {
 			ks.release()
-			return nil, fmt.Errorf("array: %w", err)
+			return nil, err
 		}
 		ks.kernels[name] = &guardedKernel{k: k}
 	}
@@ -175,20 +184,21 @@ func ReleaseKernels(ctx *cl.Context) {
 }
 
 // run sets the arguments of the kernel called name and enqueues it over n
-// work-items (global) in groups of local (nil: the runtime's choice).
-func run[T Elem](q *cl.CommandQueue, name string, global int, local []int, args ...any) error {
+// work-items (global) in groups of local (nil: the runtime's choice), for
+// the exported call op, whose name its errors carry.
+func run[T Elem](op string, q *cl.CommandQueue, name string, global int, local []int, args ...any) error {
 	ks, err := kernelsFor[T](q.Context())
 	if err != nil {
-		return err
+		return fmt.Errorf("array: %s: %w", op, err)
 	}
 	gk := ks.kernels[name]
 	gk.mu.Lock()
 	defer gk.mu.Unlock()
 	if err := gk.k.SetArgs(args...); err != nil {
-		return fmt.Errorf("array: %s: %w", name, err)
+		return fmt.Errorf("array: %s: kernel %s: %w", op, name, err)
 	}
 	if err := q.EnqueueKernel(gk.k, []int{global}, local); err != nil {
-		return fmt.Errorf("array: %s: %w", name, err)
+		return fmt.Errorf("array: %s: kernel %s: %w", op, name, err)
 	}
 	return nil
 }
