@@ -4,7 +4,7 @@
 GO      ?= go
 BUILD   := build
 ICD_DIR := $(abspath $(BUILD)/icd)
-PKGS    := pocl-opencl-icd ocl-icd-opencl-dev opencl-headers oclgrind clinfo
+PKGS    := pocl-opencl-icd ocl-icd-opencl-dev opencl-headers oclgrind clinfo chromium
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # Every OpenCL program run from here sees exactly POCL and Oclgrind; the
@@ -13,7 +13,7 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export OCL_ICD_VENDORS := $(ICD_DIR)
 export CLPOOL_DEVICE ?= pocl
 
-.PHONY: all deps demo test fmt vet test-pocl test-oclgrind bench bench-pyopencl replay fuzz clean
+.PHONY: all deps demo test fmt vet test-pocl test-oclgrind bench bench-pyopencl replay viz fuzz clean
 
 all: test
 
@@ -56,6 +56,15 @@ bench: deps
 replay: deps
 	$(GO) build -o $(BUILD)/clpool ./cmd/clpool
 	$(BUILD)/clpool replay -warmup 50 testdata/cg.tsv
+
+# viz draws the mlp trace as $(BUILD)/mlp.html and screenshots it, as
+# README.md shows it, to docs/viz.png with headless Chromium.
+viz: deps
+	$(GO) build -o $(BUILD)/clpool ./cmd/clpool
+	$(BUILD)/clpool viz -o $(BUILD)/mlp.html testdata/mlp.tsv
+	@mkdir -p docs
+	chromium --headless --no-sandbox --disable-gpu --window-size=1400,1000 \
+		--screenshot=$(abspath docs/viz.png) file://$(abspath $(BUILD)/mlp.html) 2>/dev/null
 
 # bench-pyopencl replays the same trace through PyOpenCL and clpool in one run.
 bench-pyopencl: deps

@@ -7,6 +7,14 @@
 // warm runs, with the pool's hits, misses and peaks. The device is the one
 // CLPOOL_DEVICE names. It checks its flags and reads the whole trace before
 // it runs anything, and names the file and line of a bad event.
+//
+//	clpool viz [-o mem.html] [-policy arena|bins] FILE
+//
+// draws a trace or a pool snapshot (the JSON of mempool.Pool.Snapshot) as
+// one self-contained HTML page: the active memory over time stacked by
+// size class, the managed bytes against the active bytes with their
+// peaks, and the map of the pool's segments and blocks at the peak. It
+// needs no device.
 package main
 
 import (
@@ -29,8 +37,9 @@ const mainUsage = `usage: clpool <command> [arguments]
 
 commands:
   replay    replay an allocation trace through allocators and pools
+  viz       draw a trace or a pool snapshot as an HTML page
 
-Run 'clpool replay -h' for its flags.
+Run 'clpool replay -h' or 'clpool viz -h' for their flags.
 `
 
 const replayUsage = `usage: clpool replay [flags] trace.tsv
@@ -69,6 +78,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "replay":
 		if err := replayCmd(args[1:], stdout, stderr); err != nil {
 			fmt.Fprintln(stderr, "clpool replay:", err)
+			return 1
+		}
+		return 0
+	case "viz":
+		if err := vizCmd(args[1:], stderr); err != nil {
+			fmt.Fprintln(stderr, "clpool viz:", err)
 			return 1
 		}
 		return 0
