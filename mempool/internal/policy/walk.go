@@ -27,3 +27,6 @@ func (s *Segment[T]) WhollyFree() bool {
 	}
 	return true
 }
+
+// Split reports whether the segment is cut into more than one block.
+func (s *Segment[T]) Split() bool { return s.blocks > 1 }
