@@ -360,3 +360,55 @@ func BenchmarkOnQueueParallel(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFloorPerQueue is the floor of BenchmarkOnQueueParallel without
+// drop safety: each goroutine pops and pushes on a free list of its own
+// under a lock of its own, and hands out a 32-byte object (a
+// PooledBuffer's size) carved from 1 KiB slabs, as the queue caches do.
+// Nothing is shared but the heap and its garbage collector, so its
+// two-goroutine figure is the most the per-queue caches can scale to on
+// the machine.
+func BenchmarkFloorPerQueue(b *testing.B) {
+	for _, goroutines := range []int{1, 2} {
+		b.Run(fmt.Sprintf("goroutines=%d", goroutines), func(b *testing.B) {
+			lists := make([]*freeList, goroutines)
+			sinks := make([]struct {
+				h *handedOut
+				_ [56]byte // each goroutine's own cache line
+			}, goroutines)
+			for i := range lists {
+				lists[i] = newFreeList()
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			per := b.N / goroutines
+			for i, l := range lists {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var slab []handedOut
+					for range per {
+						if len(slab) == 0 {
+							slab = make([]handedOut, 1024/32)
+						}
+						h := &slab[0]
+						slab = slab[1:]
+						h.buf, h.size = l.pop(), benchSize
+						l.push(h.buf)
+						sinks[i].h = h
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}
+
+// handedOut stands for a PooledBuffer: 32 bytes.
+type handedOut struct {
+	owner *struct{}
+	buf   *cl.Buffer
+	size  int64
+	q     *struct{}
+}

@@ -151,37 +151,38 @@ func (l *ledger) sync(c *policy.Counts) {
 	l.split, l.splitBytes = split, splitBytes
 }
 
-// cacheHit counts a request on queue r served from r's cache by b.
-func (l *ledger) cacheHit(b *block, size int64, r *qstate) {
-	l.request(r, true)
-	l.hit(b, size)
-	l.cache(b, r, -1)
+// flush brings in the sums of queue r's cache (qcache.go): the same
+// counts, peaks included, as the operations would have made one by one.
+// Its blocks are small.
+func (l *ledger) flush(d *qdelta, r *qstate) {
+	l.s.Hits += d.hits
+	q := &l.s.Queues[r.id-1]
+	q.Requests += d.hits
+	q.Hits += d.hits
+	q.Cached += d.cached
+	l.s.Allocation.apply(d.allocation)
+	l.s.AllocatedBytes.apply(d.allocated)
+	l.s.RequestedBytes.apply(d.requested)
+	l.cached[0] += int(d.cached)
+	l.cachedBytes[0] += d.cachedBytes
+	// The splits move here, peaks included, rather than through sync.
+	l.s.InactiveSplit.apply(d.split)
+	l.s.InactiveSplitBytes.apply(d.splitBytes)
+	l.cachedSplit[0] += int(d.split.net)
+	l.cachedSplitBytes[0] += d.splitBytes.net
+	l.split[0] += int(d.split.net)
+	l.splitBytes[0] += d.splitBytes.net
 }
 
-// cachePut counts b, of a request of size, given back into r's cache.
-func (l *ledger) cachePut(b *block, size int64, r *qstate) {
-	l.deactivate(b, size)
-	l.cache(b, r, +1)
-}
-
-// uncache counts b leaving r's cache for the policy.
-func (l *ledger) uncache(b *block, r *qstate) { l.cache(b, r, -1) }
-
-// cache moves b (d = +1) into or (d = -1) out of r's cache. Whether b is
-// an inactive split cannot change while it is there: the policy sees it
-// as active, so its segment keeps its other blocks.
-func (l *ledger) cache(b *block, r *qstate, d int) {
-	i := 0
-	if !b.Seg.Small {
-		i = 1
+// uncache counts b leaving queue r's cache for the policy.
+func (l *ledger) uncache(b *block, r *qstate) {
+	l.cached[0]--
+	l.cachedBytes[0] -= b.Size
+	if b.Split {
+		l.cachedSplit[0]--
+		l.cachedSplitBytes[0] -= b.Size
 	}
-	l.cached[i] += d
-	l.cachedBytes[i] += int64(d) * b.Size
-	if b.Seg.Split() {
-		l.cachedSplit[i] += d
-		l.cachedSplitBytes[i] += int64(d) * b.Size
-	}
-	l.s.Queues[r.id-1].Cached += int64(d)
+	l.s.Queues[r.id-1].Cached--
 }
 
 // resetPeak sets every peak to its current value, as

@@ -2,6 +2,7 @@ package mempool
 
 import (
 	"sync"
+	"unsafe"
 
 	"github.com/clpool/clpool/mempool/internal/policy"
 )
@@ -14,9 +15,11 @@ import (
 // the block's sub-buffer stays with it.
 //
 // The ledger still sees every operation, in each queue's order: the cache
-// logs what it did and replays the log into the ledger under p.mu every
-// logMax operations, before any operation of the queue that takes p.mu,
-// and before Stats. Blocks in a cache count as held. A request the pool
+// sums what it did in a qdelta (with, for each statistic, the highest its
+// running sum reached, so that peaks come out as if counted one by one)
+// and brings it into the ledger under p.mu every flushOps operations,
+// before any operation of the queue that takes p.mu, and before Stats.
+// Blocks in a cache count as held. A request the pool
 // cannot serve from what the policy holds first drains every cache back
 // into the policy, and so do FreeHeld and the out-of-memory ladder, so
 // cached memory is reused across queues and freed like any held block.
@@ -31,29 +34,82 @@ import (
 const (
 	cacheBlocks   = 16                  // blocks a queue's cache holds
 	cacheMaxBlock = policy.SmallRequest // the largest block it holds
-	logMax        = 32                  // operations logged before a replay
+	flushOps      = 64                  // operations summed before they go to the ledger
 )
 
-// qcache is a queue's cache.
+// qcache is a queue's cache. The padding keeps its lock and fields off the
+// cache lines of other queues', which other cores write.
 type qcache struct {
+	_      [64]byte
 	mu     sync.Mutex // protects the fields below
 	blocks []*block   // given back on the queue, newest last
-	log    []logged   // operations not yet in the ledger, oldest first
+	d      qdelta     // operations not yet in the ledger
 	slab   []PooledBuffer
+	_      [64]byte
 }
 
-// logged is an operation of the cache, for the ledger.
-type logged struct {
-	b    *block
-	size int64 // the request's
-	hit  bool  // handed out from the cache; else given back into it
+// qdelta sums a queue cache's operations for the ledger (ledger.flush).
+// The cache's blocks are all small (cacheMaxBlock), so only the small
+// halves of the statistics change.
+type qdelta struct {
+	ops, hits                        int64
+	allocation, allocated, requested statDelta // the active blocks, their bytes, the bytes asked for
+	cached, cachedBytes              int64     // blocks into (+) and out of (-) the cache
+	split, splitBytes                statDelta // the inactive splits among them
+}
+
+// statDelta sums additions to and subtractions from a Stat, with the
+// highest its running sum reached.
+type statDelta struct{ net, added, freed, top int64 }
+
+func (d *statDelta) add(n int64) {
+	d.net += n
+	d.added += n
+	d.top = max(d.top, d.net)
+}
+
+func (d *statDelta) sub(n int64) {
+	d.net -= n
+	d.freed += n
+}
+
+// hit sums a request of size served by cached block b.
+func (d *qdelta) hit(b *block, size int64) {
+	d.ops++
+	d.hits++
+	d.allocation.add(1)
+	d.allocated.add(b.Size)
+	d.requested.add(size)
+	d.cached--
+	d.cachedBytes -= b.Size
+	if b.Split {
+		d.split.sub(1)
+		d.splitBytes.sub(b.Size)
+	}
+}
+
+// put sums block b, of a request of size, given back into the cache.
+func (d *qdelta) put(b *block, size int64) {
+	d.ops++
+	d.allocation.sub(1)
+	d.allocated.sub(b.Size)
+	d.requested.sub(size)
+	d.cached++
+	d.cachedBytes += b.Size
+	if b.Split {
+		d.split.add(1)
+		d.splitBytes.add(b.Size)
+	}
 }
 
 // allocateCached serves a request of size on r from r's cache, or
 // returns nil. The caller checked that hooks are off.
 func (p *Pool) allocateCached(size int64, r *qstate) *PooledBuffer {
+	if !p.caching.Load() || r.ooo {
+		return nil // checked again under the lock; this spares pools without caches the lock
+	}
 	n := p.pol.BlockSize(size)
-	if n > cacheMaxBlock || r.ooo {
+	if n > cacheMaxBlock {
 		return nil
 	}
 	c := &r.c
@@ -78,8 +134,9 @@ func (p *Pool) allocateCached(size int64, r *qstate) *PooledBuffer {
 	pb := &c.slab[0]
 	c.slab = c.slab[1:]
 	*pb = PooledBuffer{pool: p, blk: b, size: size, q: r}
-	noteLocked(b, size, r, pb)
-	p.logLocked(r, logged{b: b, size: size, hit: true})
+	b.Requested, b.Owner = size, uint64(uintptr(unsafe.Pointer(pb))) // b.Queue is r already
+	c.d.hit(b, size)
+	p.flushIfDueLocked(r)
 	return pb
 }
 
@@ -87,7 +144,7 @@ func (p *Pool) allocateCached(size int64, r *qstate) *PooledBuffer {
 // queue r, and reports whether it did. The caller marked the buffer
 // closed and checked that hooks are off.
 func (p *Pool) putCached(b *block, size int64, r *qstate) bool {
-	if r == nil || r.ooo || len(b.Uses) != 0 || b.Size > cacheMaxBlock || b.Seg.Oversize || b.Seg.Exact {
+	if r == nil || !p.caching.Load() || r.ooo || len(b.Uses) != 0 || !b.Seg.Small || b.Size > cacheMaxBlock || b.Seg.Oversize || b.Seg.Exact {
 		return false
 	}
 	c := &r.c
@@ -98,44 +155,38 @@ func (p *Pool) putCached(b *block, size int64, r *qstate) bool {
 	}
 	b.Uses = append(b.Uses, policy.Use{Queue: r.id, Seq: r.seq.Load()})
 	c.blocks = append(c.blocks, b)
-	p.logLocked(r, logged{b: b, size: size})
+	c.d.put(b, size)
+	p.flushIfDueLocked(r)
 	return true
 }
 
-// logLocked logs e on r's cache, replaying the log once it is full.
-// r.c.mu must be held.
-func (p *Pool) logLocked(r *qstate, e logged) {
-	r.c.log = append(r.c.log, e)
-	if len(r.c.log) == logMax {
+// flushIfDueLocked brings r's cache's sums into the ledger once they
+// cover flushOps operations. r.c.mu must be held.
+func (p *Pool) flushIfDueLocked(r *qstate) {
+	if r.c.d.ops >= flushOps {
 		p.mu.Lock()
 		p.replayLocked(r)
 		p.mu.Unlock()
 	}
 }
 
-// replayLocked brings r's logged operations into the ledger. r.c.mu and
-// p.mu must be held.
+// replayLocked brings r's cache's sums into the ledger. r.c.mu and p.mu
+// must be held.
 func (p *Pool) replayLocked(r *qstate) {
-	if len(r.c.log) == 0 {
+	if r.c.d.ops == 0 {
 		return
 	}
-	for _, e := range r.c.log {
-		if e.hit {
-			p.l.cacheHit(e.b, e.size, r)
-		} else {
-			p.l.cachePut(e.b, e.size, r)
-		}
-	}
-	clear(r.c.log)
-	r.c.log = r.c.log[:0]
+	p.l.flush(&r.c.d, r)
+	r.c.d = qdelta{}
 	p.l.sync(p.pol.Counts())
 }
 
 // lockReplayed takes p.mu for an operation on queue r (nil: none), with
-// r's logged operations in the ledger first, so that the ledger sees the
-// queue's operations in order.
+// r's cache's sums in the ledger first, so that the ledger sees the
+// queue's operations in order. Once caching is off, the caches were
+// drained (see StopHolding) and there is nothing to bring in.
 func (p *Pool) lockReplayed(r *qstate) {
-	if r == nil {
+	if r == nil || !p.caching.Load() {
 		p.mu.Lock()
 		return
 	}
@@ -152,7 +203,7 @@ func (p *Pool) queueList() []*qstate {
 	return p.queues
 }
 
-// replayAll brings every queue's logged operations into the ledger.
+// replayAll brings every queue's cache's sums into the ledger.
 func (p *Pool) replayAll() {
 	for _, qs := range p.queueList() {
 		p.lockReplayed(qs)
@@ -166,7 +217,7 @@ func (p *Pool) replayAll() {
 func (p *Pool) drainCaches() (moved bool) {
 	for _, qs := range p.queueList() {
 		qs.c.mu.Lock()
-		if len(qs.c.blocks) == 0 && len(qs.c.log) == 0 {
+		if len(qs.c.blocks) == 0 && qs.c.d.ops == 0 {
 			qs.c.mu.Unlock()
 			continue
 		}

@@ -51,6 +51,21 @@ func (g *StatGroup) sub(large bool, n int64) {
 	}
 }
 
+// apply brings in the sums d of small blocks' changes (see statDelta).
+func (g *StatGroup) apply(d statDelta) {
+	before := g.Small.Current + g.Large.Current
+	g.Small.apply(d)
+	g.All.Peak = max(g.All.Peak, before+d.top)
+}
+
+// apply brings in the sums d, its peak as if one by one.
+func (s *Stat) apply(d statDelta) {
+	s.Peak = max(s.Peak, s.Current+d.top)
+	s.Current += d.net
+	s.Allocated += d.added
+	s.Freed += d.freed
+}
+
 // move adds n if it is positive, takes -n away if negative.
 func (g *StatGroup) move(large bool, n int64) {
 	switch {

@@ -57,6 +57,10 @@ type Block[T comparable] struct {
 	Requested int64
 	Queue     int32
 	Owner     uint64
+	// Split notes, when the block is handed out, whether its segment is
+	// cut into other blocks too. That cannot change until it is given
+	// back: its neighbours can merge, but not into it.
+	Split bool
 
 	free       bool
 	quick      bool      // free, waiting unmerged on a quick list (arena)
