@@ -181,7 +181,12 @@ func reexec(t *testing.T, run string, env ...string) (string, error) {
 func TestNoPlatformSaysWhatToCheck(t *testing.T) {
 	switch os.Getenv(childEnv) {
 	case "no-platform":
-		_, err := cl.Platforms()
+		ps, err := cl.Platforms()
+		if err == nil {
+			// Some ICD loaders (NVIDIA's hosts) also read /etc/OpenCL/vendors.
+			fmt.Printf("child skipped: the ICD loader found %d platforms with OCL_ICD_VENDORS naming none\n", len(ps))
+			return
+		}
 		require.ErrorIs(t, err, cl.ErrPlatformNotFound)
 		_, err = cl.DefaultQueue()
 		require.ErrorIs(t, err, cl.ErrPlatformNotFound)
@@ -192,8 +197,11 @@ func TestNoPlatformSaysWhatToCheck(t *testing.T) {
 		t.Skip("a child of reexec for another test")
 	}
 	out, err := reexec(t, "^TestNoPlatformSaysWhatToCheck$", childEnv+"=no-platform",
-		"OCL_ICD_VENDORS="+filepath.Join(t.TempDir(), "nonexistent"))
+		"OCL_ICD_VENDORS="+t.TempDir()) // a directory with no .icd file: some ICD loaders fall back to /etc/OpenCL/vendors for a path that does not exist
 	require.NoError(t, err, out)
+	if strings.Contains(out, "child skipped: ") {
+		t.Skip(out[strings.Index(out, "child skipped: "):])
+	}
 	assert.Contains(t, out, "DefaultQueue: clGetPlatformIDs: CL_PLATFORM_NOT_FOUND_KHR (-1001): no OpenCL platform found")
 	assert.Contains(t, out, "OCL_ICD_VENDORS")
 	assert.Contains(t, out, "pocl-opencl-icd")
