@@ -26,7 +26,7 @@ import (
 type PooledBuffer struct {
 	pool *Pool
 	blk  *block  // its segment, offset and size; kept after Close, for Size
-	size int64   // the requested size, or ^size once closed; guarded by the pool's mu
+	size int64   // the requested size, or ^size once closed; read and marked atomically (see closedMark)
 	q    *qstate // the queue it is for; nil if none
 }
 
@@ -108,8 +108,8 @@ func (b *PooledBuffer) Buffer() *cl.Buffer {
 		return blk.Seg.Data
 	}
 	if blk.Cache == nil && blk.Seg.Data != nil {
-		// The block is this PooledBuffer's until Close, which takes the
-		// pool's lock: the pool reads Cache only after that.
+		// The block is this PooledBuffer's until Close: the pool reads
+		// Cache only after that.
 		sub, err := blk.Seg.Data.CreateSubBuffer(0, blk.Off, blk.Size)
 		if err != nil {
 			return nil

@@ -150,8 +150,10 @@
 //     small blocks (1 MiB at most) given back on it wait there, and a
 //     request on the queue for a block of exactly that size takes one
 //     back under the queue's lock alone. The counters still see every
-//     operation in each queue's order (replayed under the pool's lock
-//     every few dozen operations, and before Stats), and a request the
+//     operation in each queue's order (summed, and brought under the
+//     pool's lock every few dozen operations and before Stats; a peak
+//     across queues can be off by what one queue's cache moved since),
+//     and a request the
 //     pool cannot otherwise serve, FreeHeld and the out-of-memory ladder
 //     first give every cached block back to the pool, so memory is still
 //     reused across queues. Blocks in a cache count as held; in an arena

@@ -12,11 +12,10 @@ type ledger struct {
 	segs    map[*segment]int64 // every segment the pool owns, with its ID (for Snapshot)
 	lastSeg int64              // the last ID given
 
-	// The blocks in queue caches (qcache.go), small and large, and those
-	// of them that are inactive splits: held blocks the policy does not
-	// see.
-	cached, cachedSplit           [2]int
-	cachedBytes, cachedSplitBytes [2]int64
+	// The blocks in queue caches (qcache.go; all small), and those of
+	// them that are inactive splits: held blocks the policy does not see.
+	cached, cachedSplit           int
+	cachedBytes, cachedSplitBytes int64
 }
 
 // hit counts a request served by a free block, now active.
@@ -133,13 +132,11 @@ func (l *ledger) setHolding(on bool) { l.s.Holding = on }
 // sync brings the held blocks and the inactive splits up to the policy's
 // free set, c, and the queue caches'.
 func (l *ledger) sync(c *policy.Counts) {
-	l.s.HeldBlocks = c.FreeBlocks + l.cached[0] + l.cached[1]
-	l.s.HeldBytes = c.FreeBytes + l.cachedBytes[0] + l.cachedBytes[1]
+	l.s.HeldBlocks = c.FreeBlocks + l.cached
+	l.s.HeldBytes = c.FreeBytes + l.cachedBytes
 	split, splitBytes := c.SplitBlocks, c.SplitBytes
-	for i := range 2 {
-		split[i] += l.cachedSplit[i]
-		splitBytes[i] += l.cachedSplitBytes[i]
-	}
+	split[0] += l.cachedSplit // [0]: small
+	splitBytes[0] += l.cachedSplitBytes
 	if split == l.split && splitBytes == l.splitBytes {
 		return
 	}
@@ -163,24 +160,24 @@ func (l *ledger) flush(d *qdelta, r *qstate) {
 	l.s.Allocation.apply(d.allocation)
 	l.s.AllocatedBytes.apply(d.allocated)
 	l.s.RequestedBytes.apply(d.requested)
-	l.cached[0] += int(d.cached)
-	l.cachedBytes[0] += d.cachedBytes
+	l.cached += int(d.cached)
+	l.cachedBytes += d.cachedBytes
 	// The splits move here, peaks included, rather than through sync.
 	l.s.InactiveSplit.apply(d.split)
 	l.s.InactiveSplitBytes.apply(d.splitBytes)
-	l.cachedSplit[0] += int(d.split.net)
-	l.cachedSplitBytes[0] += d.splitBytes.net
+	l.cachedSplit += int(d.split.net)
+	l.cachedSplitBytes += d.splitBytes.net
 	l.split[0] += int(d.split.net)
 	l.splitBytes[0] += d.splitBytes.net
 }
 
 // uncache counts b leaving queue r's cache for the policy.
 func (l *ledger) uncache(b *block, r *qstate) {
-	l.cached[0]--
-	l.cachedBytes[0] -= b.Size
+	l.cached--
+	l.cachedBytes -= b.Size
 	if b.Split {
-		l.cachedSplit[0]--
-		l.cachedSplitBytes[0] -= b.Size
+		l.cachedSplit--
+		l.cachedSplitBytes -= b.Size
 	}
 	l.s.Queues[r.id-1].Cached--
 }

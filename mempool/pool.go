@@ -33,7 +33,8 @@ type Pool struct {
 	limitSet    bool    // WithLimit or WithLimitFraction was given
 	dropSafety  bool
 	hooks       atomic.Pointer[[]*hookEntry] // nil when none: the hot path checks only that
-	caching     atomic.Bool                  // queue caches take blocks (qcache.go); changed under p.mu
+	caching     atomic.Bool                  // queue caches take blocks (qcache.go)
+	cachesGone  atomic.Bool                  // caching is off for good and the caches are drained
 	hooksMu     sync.Mutex                   // serializes AddHook and its remove
 
 	defq *qstate // the allocator's queue, where pool.Allocate allocates; nil if none
@@ -125,6 +126,7 @@ func New(a allocator.Allocator, opts ...Option) (*Pool, error) {
 	p.align = arenaAlignment(p.device)
 	p.pol = p.newPlacement()
 	p.caching.Store(!p.dropSafety)
+	p.cachesGone.Store(p.dropSafety)
 	p.l.s = Stats{Policy: "bins", LeadingBits: p.leadingBits, MaxSplitSize: p.maxSplit, Limit: p.limit, Holding: true}
 	if p.arena {
 		p.l.s.Policy = "arena"
@@ -186,8 +188,8 @@ func (p *Pool) allocate(size int64, r *qstate) (*PooledBuffer, error) {
 			}
 			return p.wrap(hooks, pb, b, size, r)
 		}
-		if drained {
-			break
+		if drained || p.pol.BlockSize(size) > cacheMaxBlock {
+			break // cached blocks are small: they cannot serve it
 		}
 		// Blocks waiting in queue caches may serve the request.
 		p.mu.Unlock()
@@ -485,7 +487,7 @@ func (p *Pool) outOfMemory(size, n int64, cause error) error {
 // pb.size): the block is held for reuse, or, after StopHolding (or for an
 // exact-size block), its segment is freed once wholly free. A PooledBuffer
 // already closed returns ErrClosed and changes nothing. The closed mark is
-// guarded by p.mu, which put takes anyway.
+// set by a compare-and-swap, so that of two racing Closes one wins.
 //
 // The block records the queues whose commands may still use it: pb's own
 // and those of RecordQueue, each with its count of markers now (see
@@ -639,7 +641,9 @@ func (p *Pool) StopHolding() error {
 	p.holding = false
 	p.l.setHolding(false)
 	p.mu.Unlock()
-	return p.FreeHeld()
+	err := p.FreeHeld() // drains the caches first
+	p.cachesGone.Store(true)
+	return err
 }
 
 // Close stops holding, frees every held block and refuses further
@@ -662,10 +666,17 @@ func (p *Pool) Close() error {
 
 // Stats returns a snapshot of the pool's counters.
 func (p *Pool) Stats() Stats {
-	p.replayAll()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.snapshot()
+	qs, cached := p.lockCaches()
+	defer p.unlockCaches(qs)
+	s := p.snapshot()
+	if len(cached) > 0 && s.HeldBytes > 0 {
+		largest := p.pol.LargestFree()
+		for b := range cached {
+			largest = max(largest, b.Size)
+		}
+		s.Fragmentation = 1 - float64(largest)/float64(s.HeldBytes)
+	}
+	return s
 }
 
 // Device returns the device of the pool's allocator, or nil if it does not

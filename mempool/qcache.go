@@ -16,10 +16,13 @@ import (
 //
 // The ledger still sees every operation, in each queue's order: the cache
 // sums what it did in a qdelta (with, for each statistic, the highest its
-// running sum reached, so that peaks come out as if counted one by one)
-// and brings it into the ledger under p.mu every flushOps operations,
-// before any operation of the queue that takes p.mu, and before Stats.
-// Blocks in a cache count as held. A request the pool
+// running sum reached, so that a queue's peaks come out as if counted one
+// by one) and brings it into the ledger under p.mu every flushOps
+// operations, before any operation of the queue that takes p.mu, and
+// before Stats. Across queues the sums arrive in batches, so a pool-wide
+// peak can be off by what one queue's cache moved since its last flush
+// (its blocks are at most cacheBlocks small ones). Blocks in a cache count
+// as held (inactive splits if their segment has other blocks). A request the pool
 // cannot serve from what the policy holds first drains every cache back
 // into the policy, and so do FreeHeld and the out-of-memory ladder, so
 // cached memory is reused across queues and freed like any held block.
@@ -127,7 +130,8 @@ func (p *Pool) allocateCached(size int64, r *qstate) *PooledBuffer {
 	}
 	b := c.blocks[i]
 	c.blocks = append(c.blocks[:i], c.blocks[i+1:]...)
-	b.Uses = b.Uses[:0] // only r used it, in order
+	c.blocks[:cap(c.blocks)][len(c.blocks)] = nil // no stale pointer past the end
+	b.Uses = b.Uses[:0]                           // only r used it, in order
 	if len(c.slab) == 0 {
 		c.slab = make([]PooledBuffer, slabSize)
 	}
@@ -144,14 +148,14 @@ func (p *Pool) allocateCached(size int64, r *qstate) *PooledBuffer {
 // queue r, and reports whether it did. The caller marked the buffer
 // closed and checked that hooks are off.
 func (p *Pool) putCached(b *block, size int64, r *qstate) bool {
-	if r == nil || !p.caching.Load() || r.ooo || len(b.Uses) != 0 || !b.Seg.Small || b.Size > cacheMaxBlock || b.Seg.Oversize || b.Seg.Exact {
+	if r == nil || !p.caching.Load() || p.hooks.Load() != nil || r.ooo || !b.Seg.Small || b.Size > cacheMaxBlock || b.Seg.Oversize || b.Seg.Exact {
 		return false
 	}
 	c := &r.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !p.caching.Load() || len(c.blocks) == cacheBlocks {
-		return false
+	if !p.caching.Load() || len(c.blocks) == cacheBlocks || len(b.Uses) != 0 {
+		return false // len(b.Uses): RecordQueue adds to it under c.mu
 	}
 	b.Uses = append(b.Uses, policy.Use{Queue: r.id, Seq: r.seq.Load()})
 	c.blocks = append(c.blocks, b)
@@ -186,7 +190,7 @@ func (p *Pool) replayLocked(r *qstate) {
 // queue's operations in order. Once caching is off, the caches were
 // drained (see StopHolding) and there is nothing to bring in.
 func (p *Pool) lockReplayed(r *qstate) {
-	if r == nil || !p.caching.Load() {
+	if r == nil || p.cachesGone.Load() {
 		p.mu.Lock()
 		return
 	}
@@ -212,8 +216,8 @@ func (p *Pool) replayAll() {
 }
 
 // drainCaches gives every block in a queue's cache back to the policy,
-// and frees the segments that leaves wholly free if the pool no longer
-// holds blocks. It reports whether any block moved.
+// and frees the segments the policy gives up at once (none today: cached
+// blocks are never exact-size). It reports whether any block moved.
 func (p *Pool) drainCaches() (moved bool) {
 	for _, qs := range p.queueList() {
 		qs.c.mu.Lock()

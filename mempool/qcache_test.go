@@ -21,8 +21,8 @@ func statsOf(p *mempool.Pool) mempool.Stats {
 	for i := range s.Queues {
 		s.Queues[i].Cached = 0
 	}
-	s.Fragmentation = 0
 	if s.Policy == "arena" {
+		s.Fragmentation = 0
 		s.HeldBlocks = 0
 		s.InactiveSplit, s.InactiveSplitBytes = mempool.StatGroup{}, mempool.StatGroup{}
 	}
@@ -197,4 +197,41 @@ func TestQueueCacheFreeHeldInAnArena(t *testing.T) {
 	s = f.pool.Stats()
 	assert.Zero(t, s.ManagedBytes)
 	assert.Zero(t, queueStats(t, s, on.Queue()).Cached)
+}
+
+// The review's cases: a cached block is the largest held one; a block
+// given back after a hook panicked does not go to a cache; RecordQueue and
+// Close may race without a data race (the race detector checks).
+func TestQueueCacheEdges(t *testing.T) {
+	f := newFixture(t, nil, mempool.WithDropSafety(false))
+	b, err := f.pool.Allocate(4096)
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+	s := f.pool.Stats()
+	require.Equal(t, int64(1), s.Queues[0].Cached)
+	assert.Zero(t, s.Fragmentation, "one held block: nothing fragmented")
+
+	remove := f.pool.AddHook(&panicOnce{kind: mempool.MallocAfter})
+	_, err = f.pool.Allocate(100)
+	require.ErrorIs(t, err, mempool.ErrPanicked)
+	remove()
+	s = f.pool.Stats()
+	assert.Equal(t, 2, s.HeldBlocks)
+	assert.Zero(t, s.Queues[0].Cached, "the miss drained the cache, and the block given back under a hook went to the pool, not the cache")
+
+	q2 := cltest.SecondQueue(t, f.q, 0)
+	for range 50 {
+		b, err := f.pool.Allocate(4096)
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := b.RecordQueue(q2); err != nil {
+				assert.ErrorIs(t, err, mempool.ErrClosed)
+			}
+		}()
+		require.NoError(t, b.Close())
+		wg.Wait()
+	}
 }

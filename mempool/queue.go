@@ -96,7 +96,8 @@ func (a *QueueAllocator) Allocate(size int64) (*PooledBuffer, error) {
 }
 
 // FreeHeld frees the pool's wholly free segments that only the
-// allocator's queue may still use (CuPy's free_all_blocks(stream)).
+// allocator's queue may still use (CuPy's free_all_blocks(stream)). It
+// first gives every queue's cache back to the pool.
 func (a *QueueAllocator) FreeHeld() error {
 	if a.err != nil {
 		return a.err
@@ -295,6 +296,12 @@ func (b *PooledBuffer) RecordQueue(q *cl.CommandQueue) error {
 	qs, err := p.queueState(q)
 	if err != nil {
 		return err
+	}
+	if b.q != nil {
+		// A Close may be putting the block in b.q's cache, which reads
+		// b.blk.Uses under that lock.
+		b.q.c.mu.Lock()
+		defer b.q.c.mu.Unlock()
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

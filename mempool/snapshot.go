@@ -84,14 +84,18 @@ func (p *Pool) Snapshot() Snapshot {
 	}
 	for seg, id := range p.l.segs {
 		ss := SegmentSnapshot{ID: id, Size: seg.Size, Small: seg.Small}
-		whollyFree := true
-		for b := range seg.Blocks() {
-			whollyFree = whollyFree && (b.IsFree() || cached[b])
-		}
+		// As the statistics count them: a block in a queue's cache is
+		// held unless its segment has other blocks; the policy's free
+		// blocks are held only in a segment that is wholly free.
+		whollyFree := seg.WhollyFree()
 		for b := range seg.Blocks() {
 			bs := BlockSnapshot{Offset: b.Off, Size: b.Size}
 			switch {
-			case !b.IsFree() && !cached[b]:
+			case cached[b] && b.Split:
+				bs.State = StateInactiveSplit
+			case cached[b]:
+				bs.State = StateHeld
+			case !b.IsFree():
 				bs.State, bs.Requested, bs.Queue, bs.ID = StateActive, b.Requested, int(b.Queue), b.Owner
 			case whollyFree:
 				bs.State = StateHeld
