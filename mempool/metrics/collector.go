@@ -106,7 +106,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for i := range s.Queues {
 			queue := strconv.Itoa(i)
 			for _, m := range queueMetrics {
-				ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, m.value(&s.Queues[i]), device, name, queue)
+				kind := m.kind
+				if kind == 0 {
+					kind = prometheus.CounterValue
+				}
+				ch <- prometheus.MustNewConstMetric(m.desc, kind, m.value(&s.Queues[i]), device, name, queue)
 			}
 		}
 	}
@@ -224,24 +228,27 @@ var infoDesc = prometheus.NewDesc("clpool_pool_info",
 var queueMetrics = []struct {
 	desc  *prometheus.Desc
 	value func(*mempool.QueueStats) float64
+	kind  prometheus.ValueType // 0: a counter
 }{
-	{queueCounter("requests_total", "Requests made on the queue."),
-		func(q *mempool.QueueStats) float64 { return float64(q.Requests) }},
-	{queueCounter("hits_total", "Requests on the queue served by a held block."),
-		func(q *mempool.QueueStats) float64 { return float64(q.Hits) }},
-	{queueCounter("handovers_total", "Requests on the queue whose block was last used on another queue (or, out of order, on this one)."),
-		func(q *mempool.QueueStats) float64 { return float64(q.Handovers) }},
-	{queueCounter("ready_total", "Handovers whose other queues' markers were complete already."),
-		func(q *mempool.QueueStats) float64 { return float64(q.Ready) }},
-	{queueCounter("barriers_total", "Handovers that waited on the device (a barrier)."),
-		func(q *mempool.QueueStats) float64 { return float64(q.Barriers) }},
-	{queueCounter("markers_total", "Markers enqueued on the queue."),
-		func(q *mempool.QueueStats) float64 { return float64(q.Markers) }},
-	{queueCounter("host_waits_total", "Host waits for one of the queue's markers (requests on no queue)."),
-		func(q *mempool.QueueStats) float64 { return float64(q.HostWaits) }},
+	{queueDesc("requests_total", "Requests made on the queue."),
+		func(q *mempool.QueueStats) float64 { return float64(q.Requests) }, 0},
+	{queueDesc("hits_total", "Requests on the queue served by a held block."),
+		func(q *mempool.QueueStats) float64 { return float64(q.Hits) }, 0},
+	{queueDesc("handovers_total", "Requests on the queue whose block was last used on another queue (or, out of order, on this one)."),
+		func(q *mempool.QueueStats) float64 { return float64(q.Handovers) }, 0},
+	{queueDesc("ready_total", "Handovers whose other queues' markers were complete already."),
+		func(q *mempool.QueueStats) float64 { return float64(q.Ready) }, 0},
+	{queueDesc("barriers_total", "Handovers that waited on the device (a barrier)."),
+		func(q *mempool.QueueStats) float64 { return float64(q.Barriers) }, 0},
+	{queueDesc("markers_total", "Markers enqueued on the queue."),
+		func(q *mempool.QueueStats) float64 { return float64(q.Markers) }, 0},
+	{queueDesc("host_waits_total", "Host waits for one of the queue's markers (requests on no queue)."),
+		func(q *mempool.QueueStats) float64 { return float64(q.HostWaits) }, 0},
+	{queueDesc("cached_blocks", "Blocks waiting in the queue's own cache (pools without drop safety)."),
+		func(q *mempool.QueueStats) float64 { return float64(q.Cached) }, prometheus.GaugeValue},
 }
 
-// queueCounter returns the descriptor of a queue's counter.
-func queueCounter(name, help string) *prometheus.Desc {
+// queueDesc returns the descriptor of one of a queue's series.
+func queueDesc(name, help string) *prometheus.Desc {
 	return prometheus.NewDesc("clpool_queue_"+name, help, append(append([]string(nil), poolLabels...), "queue"), nil)
 }

@@ -49,7 +49,8 @@
 // label queue, its index in Stats.Queues: clpool_queue_requests_total,
 // clpool_queue_hits_total, clpool_queue_handovers_total,
 // clpool_queue_ready_total, clpool_queue_barriers_total,
-// clpool_queue_markers_total and clpool_queue_host_waits_total.
+// clpool_queue_markers_total and clpool_queue_host_waits_total, and the gauge
+// clpool_queue_cached_blocks (blocks waiting in the queue's own cache).
 //
 // Pool.ResetAccumulated sets the totals back to zero; Prometheus takes that
 // as a counter reset, which rate and increase allow for.
