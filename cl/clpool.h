@@ -1,9 +1,16 @@
 // clpool.h is the one C header of package cl: it fixes the OpenCL API level
 // and holds the few C-side helpers the Go code needs.
+//
+// The headers are those of OpenCL 2.0, so that the declarations of shared
+// virtual memory (clSVMAlloc, ...) are visible; every other call is of
+// OpenCL 1.2, whose deprecated names (clCreateCommandQueue) stay in use so
+// that 1.2 platforms such as Oclgrind keep working. The 2.0 functions are
+// called only on contexts whose devices report SVM (svm.go checks).
 #ifndef CLPOOL_H
 #define CLPOOL_H
 
-#define CL_TARGET_OPENCL_VERSION 120
+#define CL_TARGET_OPENCL_VERSION 200
+#define CL_USE_DEPRECATED_OPENCL_1_2_APIS
 #include <CL/cl.h>
 
 // clpool_zero is the source of the probe write that commits a new buffer's

@@ -1,7 +1,8 @@
 // Package cl is clpool's thin cgo binding of the OpenCL 1.2 C API: platforms
 // and devices with their memory facts, contexts, command queues, buffers and
-// sub-buffers, transfers, events with profiling times, programs and kernels.
-// It is the only package of clpool that uses cgo.
+// sub-buffers, transfers, events with profiling times, programs and kernels;
+// and, where a device has OpenCL 2.0's shared virtual memory, SVM. It is
+// the only package of clpool that uses cgo.
 //
 // # Lifetimes
 //
@@ -43,6 +44,30 @@
 // one pins the slice (runtime.Pinner) until its Event is seen complete by
 // Wait or Status, or is released; until then the slice must not be touched.
 // The probe write of CommandQueue.Touch reads static C memory.
+//
+// # Shared virtual memory
+//
+// SVM (OpenCL 2.0) is memory that host and devices address with the same
+// pointers. Support is detected at run time: Device.SVMCapabilities, read
+// when the device is listed, is 0 on OpenCL 1.x devices (Oclgrind), and
+// Context.SVMCapabilities is what all of a context's devices support. On a
+// context without it, Context.SVMAlloc returns an error matching
+// ErrSVMNotSupported and calls no OpenCL 2.0 function, which the ICD
+// loader may not be able to dispatch to a 1.2 platform; so does a
+// fine-grain or atomics allocation where the devices support only coarse
+// grain. clSVMAlloc reports failure as NULL, without a status: SVMAlloc
+// checks flags, alignment and size first (ErrInvalidValue,
+// ErrInvalidBufferSize), and reports a NULL after those checks as
+// ErrMemObjectAllocationFailure, an out-of-memory to a pool.
+//
+// An SVM is passed to kernels with Kernel.SetArg or SetArgSVMPointer (an
+// offset into it). The host touches a coarse-grain SVM only between
+// CommandQueue.EnqueueSVMMap, which blocks and returns the mapped bytes,
+// and EnqueueSVMUnmap; a fine-grain one (SVMFineGrain) whenever no command
+// uses it, through SVM.Bytes. EnqueueSVMMemFill and EnqueueSVMMemcpy work
+// on the device. Free, like clSVMFree, does not wait for commands: finish
+// those that use the memory first. A second Free is an error, as is a Free
+// while mapped; an SVM holds a reference to its context until freed.
 //
 // # Choosing a device
 //

@@ -53,3 +53,64 @@ func ExampleStatus() {
 	// clCreateBuffer: CL_INVALID_BUFFER_SIZE (-61): 0 bytes, flags READ_WRITE
 	// true
 }
+
+// Shared virtual memory where the device has it (OpenCL 2.0, POCL), a
+// buffer where it does not (Oclgrind, OpenCL 1.2): the same bytes either
+// way. A coarse-grain SVM is the host's only while mapped.
+func ExampleContext_SVMAlloc() {
+	q, err := cl.DefaultQueue()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer q.Release()
+
+	data := make([]byte, 8)
+	s, err := q.Context().SVMAlloc(cl.SVMReadWrite, 8, 0)
+	switch {
+	case err == nil:
+		ev, err := q.EnqueueSVMMemFill(s, []byte{7}, 0, 8)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		ev.Release()
+		host, err := q.EnqueueSVMMap(s, false, 0, 8)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		copy(data, host)
+		if err := q.EnqueueSVMUnmap(s); err != nil {
+			fmt.Println(err)
+			return
+		}
+		q.Finish() // no command may use the memory once it is freed
+		if err := s.Free(); err != nil {
+			fmt.Println(err)
+			return
+		}
+	case errors.Is(err, cl.ErrSVMNotSupported):
+		buf, err := q.Context().CreateBuffer(cl.MemReadWrite, 8)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		defer buf.Release()
+		ev, err := q.EnqueueFillBuffer(buf, []byte{7}, 0, 8)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		ev.Release()
+		if err := q.ReadBuffer(buf, 0, data); err != nil {
+			fmt.Println(err)
+			return
+		}
+	default:
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(data)
+	// Output: [7 7 7 7 7 7 7 7]
+}

@@ -47,15 +47,17 @@ func (t DeviceType) String() string {
 }
 
 // SVMCapabilities is the device's shared-virtual-memory support
-// (cl_device_svm_capabilities, OpenCL 2.0). Zero on OpenCL 1.x devices.
+// (cl_device_svm_capabilities, OpenCL 2.0). Zero on OpenCL 1.x devices,
+// which are not asked, and on OpenCL 3.0 devices without SVM.
+// Context.SVMAlloc needs SVMCoarseGrainBuffer at least.
 type SVMCapabilities uint64
 
 // SVM capability bits.
 const (
-	SVMCoarseGrainBuffer SVMCapabilities = 1 << 0
-	SVMFineGrainBuffer   SVMCapabilities = 1 << 1
-	SVMFineGrainSystem   SVMCapabilities = 1 << 2
-	SVMAtomics           SVMCapabilities = 1 << 3
+	SVMCoarseGrainBuffer SVMCapabilities = C.CL_DEVICE_SVM_COARSE_GRAIN_BUFFER
+	SVMFineGrainBuffer   SVMCapabilities = C.CL_DEVICE_SVM_FINE_GRAIN_BUFFER
+	SVMFineGrainSystem   SVMCapabilities = C.CL_DEVICE_SVM_FINE_GRAIN_SYSTEM
+	SVMAtomics           SVMCapabilities = C.CL_DEVICE_SVM_ATOMICS
 )
 
 // String returns the capabilities as names, or "none".
@@ -71,9 +73,6 @@ func (c SVMCapabilities) String() string {
 	}
 	return strings.Join(parts, ", ")
 }
-
-// cl_device_info codes of OpenCL 2.0 that the 1.2 headers do not define.
-const deviceSVMCapabilities = 0x1053
 
 // Platform is an OpenCL platform (an installed driver).
 type Platform struct {
@@ -240,7 +239,7 @@ func newDevice(id C.cl_device_id, p *Platform, index int) (*Device, error) {
 	d.MaxWorkGroupSize = int(sz(C.CL_DEVICE_MAX_WORK_GROUP_SIZE))
 	d.ProfilingTimerRes = int64(sz(C.CL_DEVICE_PROFILING_TIMER_RESOLUTION))
 	if major, _ := d.VersionNumber(); major >= 2 {
-		d.SVMCapabilities = SVMCapabilities(u64(deviceSVMCapabilities))
+		d.SVMCapabilities = SVMCapabilities(u64(C.CL_DEVICE_SVM_CAPABILITIES))
 	}
 	if err != nil {
 		return nil, err

@@ -140,8 +140,9 @@ func (k *Kernel) Name() string {
 type LocalMem int
 
 // SetArg sets argument i. The value's Go type picks the C type: *Buffer
-// (cl_mem), int8/uint8/int16/uint16/int32/uint32/int64/uint64, float32,
-// float64 (char ... double), and LocalMem (__local memory of that size).
+// (cl_mem), *SVM (a global pointer to its start: SetArgSVMPointer),
+// int8/uint8/int16/uint16/int32/uint32/int64/uint64, float32, float64
+// (char ... double), and LocalMem (__local memory of that size).
 // A buffer must belong to the kernel's context (else ErrInvalidMemObject).
 func (k *Kernel) SetArg(i int, v any) error {
 	const call = "clSetKernelArg"
@@ -160,6 +161,8 @@ func (k *Kernel) SetArg(i int, v any) error {
 			return misuse(call, ErrInvalidMemObject, fmt.Sprintf("argument %d of %s: a buffer of another context than the kernel's", i, k.name))
 		}
 		size, p = unsafe.Sizeof(mem), unsafe.Pointer(&mem)
+	case *SVM:
+		return k.SetArgSVMPointer(i, x, 0)
 	case LocalMem:
 		size = uintptr(x)
 	case int8:
