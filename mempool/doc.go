@@ -68,6 +68,14 @@
 // Stats.Queues has each queue's figures; QueueAllocator.FreeHeld frees what
 // only one queue may still use.
 //
+// # Several devices
+//
+// A Set serves every device of a program, as CuPy's MemoryPool does: it
+// keeps a pool per context, made at the first request on one of its queues,
+// and routes each request (Set.On(q)) to the pool of q's context. Limits
+// are per context (Set.SetLimit); Set.Stats has each device's statistics
+// and their totals; FreeHeld and Close reach every pool.
+//
 // # Lifecycle
 //
 //	pool, _ := mempool.New(alloc)     // alloc: an allocator.Immediate, usually

@@ -126,10 +126,18 @@ func (p *Pool) queueState(q *cl.CommandQueue) (*qstate, error) {
 	return qs, nil
 }
 
-// context returns the context of the pool's allocator, if it says.
+// context returns the context of the pool's allocator, if it (or an
+// allocator it wraps) says.
 func (p *Pool) context() *cl.Context {
-	if c, ok := p.alloc.(interface{ Context() *cl.Context }); ok {
-		return c.Context()
+	for a := p.alloc; a != nil; {
+		if c, ok := a.(interface{ Context() *cl.Context }); ok {
+			return c.Context()
+		}
+		u, ok := a.(interface{ Unwrap() allocator.Allocator })
+		if !ok {
+			return nil
+		}
+		a = u.Unwrap()
 	}
 	return nil
 }
