@@ -23,4 +23,22 @@
 // Code that holds a buffer but not its allocator (an array's Close) calls
 // the package function Free, which finds that allocator; releasing the
 // buffer directly would leave a Budget short of its bytes for good.
+//
+// # Shared virtual memory
+//
+// SVMAllocator is the same contract for shared virtual memory (cl.SVM,
+// OpenCL 2.0), a separate interface since an SVM is not a buffer. NewSVM
+// allocates with plain clSVMAlloc, fine-grain or coarse-grain; it refuses
+// at construction, with an error matching cl.ErrSVMNotSupported, a context
+// whose devices lack what it needs (every OpenCL 1.2 device, Oclgrind
+// included). clSVMAlloc reports failure only as NULL, which cl turns into
+// an error matching cl.ErrMemObjectAllocationFailure. NewImmediateSVM adds
+// a probe to every new allocation: a device fill of its first byte with
+// zero, waited for, so that a lazily committing runtime reports an
+// out-of-memory at allocation; it changes no data a user could see, as no
+// one holds the allocation yet and its contents are undefined. SVMBudget
+// is Budget for SVM. Free an SVM only once the commands that use it have
+// completed: clSVMFree does not wait. Allocate(0) returns nil, Free(nil)
+// does nothing, and a second Free returns ErrFreed, as for buffers. The
+// package function Free is for buffers only.
 package allocator

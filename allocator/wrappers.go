@@ -44,19 +44,25 @@ func (b *Budget) Allocate(size int64) (*cl.Buffer, error) {
 	return buf, nil
 }
 
+// reserve takes size bytes of b's budget; see the function reserve.
+func (b *Budget) reserve(size int64) error {
+	return reserve(&b.live, b.budget, size, "clCreateBuffer", "allocator.Budget")
+}
+
 // reserve adds size (> 0) to the live bytes if they stay within the
-// budget. It compares size with the room left rather than live+size with
+// budget, else returns the out-of-memory error of call, as the wrapper who
+// refused. It compares size with the room left rather than live+size with
 // the budget, a sum that can wrap past math.MaxInt64; and it adds with a
 // compare-and-swap, so that concurrent requests never take the count past
 // the budget, even for a moment.
-func (b *Budget) reserve(size int64) error {
+func reserve(liveBytes *atomic.Int64, budget, size int64, call, who string) error {
 	for {
-		live := b.live.Load()
-		if room := b.budget - max(live, 0); size > room {
-			return &cl.CallError{Call: "clCreateBuffer", Status: cl.ErrMemObjectAllocationFailure,
-				Detail: fmt.Sprintf("allocator.Budget: %d bytes would exceed the budget of %d (%d in use)", size, b.budget, live)}
+		live := liveBytes.Load()
+		if room := budget - max(live, 0); size > room {
+			return &cl.CallError{Call: call, Status: cl.ErrMemObjectAllocationFailure,
+				Detail: fmt.Sprintf("%s: %d bytes would exceed the budget of %d (%d in use)", who, size, budget, live)}
 		}
-		if b.live.CompareAndSwap(live, live+size) {
+		if liveBytes.CompareAndSwap(live, live+size) {
 			return nil
 		}
 	}
