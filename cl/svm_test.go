@@ -392,7 +392,28 @@ func TestSVMNil(t *testing.T) {
 		assert.Zero(t, ctx.SVMCapabilities())
 		_, err := ctx.SVMAlloc(0, 64, 0)
 		assert.ErrorIs(t, err, cl.ErrInvalidContext)
+
+		var q *cl.CommandQueue
+		_, err = q.EnqueueSVMMap(s, true, 0, 8)
+		assert.ErrorIs(t, err, cl.ErrInvalidCommandQueue)
+		assert.ErrorIs(t, q.EnqueueSVMUnmap(s), cl.ErrInvalidCommandQueue)
+		_, err = q.EnqueueSVMMemFill(s, []byte{0}, 0, 8)
+		assert.ErrorIs(t, err, cl.ErrInvalidCommandQueue)
+		_, err = q.EnqueueSVMMemcpy(true, s, 0, s, 0, 8)
+		assert.ErrorIs(t, err, cl.ErrInvalidCommandQueue)
+		var k *cl.Kernel
+		assert.ErrorIs(t, k.SetArgSVMPointer(0, s, 0), cl.ErrInvalidKernel)
 	})
+
+	// A live queue with a nil SVM.
+	q := cltest.Queue(t)
+	_, err := q.EnqueueSVMMap(s, true, 0, 8)
+	assert.ErrorIs(t, err, cl.ErrInvalidValue)
+	assert.ErrorIs(t, q.EnqueueSVMUnmap(s), cl.ErrInvalidValue)
+	_, err = q.EnqueueSVMMemFill(s, []byte{0}, 0, 8)
+	assert.ErrorIs(t, err, cl.ErrInvalidValue)
+	_, err = q.EnqueueSVMMemcpy(true, s, 0, s, 8, 8)
+	assert.ErrorIs(t, err, cl.ErrInvalidValue)
 }
 
 func TestSVMFlagsString(t *testing.T) {
