@@ -242,10 +242,14 @@ type queued interface {
 // commands on q: a block allocated for another queue (pool.Allocate on
 // the allocator's queue, say) records q too, as torch's record_stream.
 func onQueue(b Block, q *cl.CommandQueue) error {
-	if qb, ok := b.(queued); ok && qb.Queue() != q {
-		return qb.RecordQueue(q)
+	qb, ok := b.(queued)
+	if !ok || qb.Queue() == q {
+		return nil
 	}
-	return nil
+	if bq := qb.Queue(); bq != nil && bq.Context() != q.Context() {
+		return fmt.Errorf("the allocator's memory is not in the queue's context: %w", ErrContextMismatch)
+	}
+	return qb.RecordQueue(q)
 }
 
 // Zeros returns an array of n zeros. alloc and n are as for Empty.
