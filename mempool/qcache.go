@@ -219,6 +219,9 @@ func (p *Pool) replayAll() {
 // and frees the segments the policy gives up at once (none today: cached
 // blocks are never exact-size). It reports whether any block moved.
 func (p *Pool) drainCaches() (moved bool) {
+	if p.cachesGone.Load() {
+		return false // pools with drop safety never cache: nothing to lock
+	}
 	for _, qs := range p.queueList() {
 		qs.c.mu.Lock()
 		if len(qs.c.blocks) == 0 && qs.c.d.ops == 0 {
