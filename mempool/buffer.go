@@ -105,18 +105,18 @@ func (b *PooledBuffer) Buffer() *cl.Buffer {
 	}
 	blk := b.blk
 	if blk.Whole() {
-		return blk.Seg.Data
+		return blk.Seg.Data.buf
 	}
-	if blk.Cache == nil && blk.Seg.Data != nil {
+	if blk.Cache.buf == nil && blk.Seg.Data.buf != nil {
 		// The block is this PooledBuffer's until Close: the pool reads
 		// Cache only after that.
-		sub, err := blk.Seg.Data.CreateSubBuffer(0, blk.Off, blk.Size)
+		sub, err := blk.Seg.Data.buf.CreateSubBuffer(0, blk.Off, blk.Size)
 		if err != nil {
 			return nil
 		}
-		blk.Cache = sub
+		blk.Cache = mem{buf: sub}
 	}
-	return blk.Cache
+	return blk.Cache.buf
 }
 
 // Base returns the device buffer the block is part of (its segment), or
@@ -126,11 +126,22 @@ func (b *PooledBuffer) Base() *cl.Buffer {
 	if b.closedMark() < 0 {
 		return nil
 	}
-	return b.blk.Seg.Data
+	return b.blk.Seg.Data.buf
 }
 
-// Offset returns where the block starts in Base, in bytes: a multiple of
-// the device's base-address alignment; 0 after Close.
+// SVM returns the shared virtual memory the block is part of (its
+// segment), in a pool made by NewSVM; nil in a pool of buffers and after
+// Close. The block's bytes start at Offset in it: a kernel takes them with
+// cl.Kernel.SetArgSVMPointer(i, b.SVM(), b.Offset()).
+func (b *PooledBuffer) SVM() *cl.SVM {
+	if b.closedMark() < 0 {
+		return nil
+	}
+	return b.blk.Seg.Data.svm
+}
+
+// Offset returns where the block starts in Base (or SVM), in bytes: a
+// multiple of the device's base-address alignment; 0 after Close.
 func (b *PooledBuffer) Offset() int64 {
 	if b.closedMark() < 0 {
 		return 0

@@ -76,6 +76,23 @@
 // are per context (Set.SetLimit); Set.Stats has each device's statistics
 // and their totals; FreeHeld and Close reach every pool.
 //
+// # Shared virtual memory
+//
+// NewSVM makes the same pool over an allocator.SVMAllocator: one pool over
+// either kind of memory, as PyOpenCL's mempool.hpp is one pool over a
+// pointer type, with the same policies, limits, queue ordering, hooks and
+// statistics. A PooledBuffer of an SVM pool has SVM and Offset instead of
+// Buffer and Base (which return nil there):
+//
+//	alloc, _ := allocator.NewImmediateSVM(q, false) // coarse grain; out-of-memory shows at allocation
+//	pool, _ := mempool.NewSVM(alloc, mempool.WithArena())
+//	b, _ := pool.Allocate(n)
+//	k.SetArgSVMPointer(0, b.SVM(), b.Offset())
+//
+// The host reaches a coarse-grain block through cl.CommandQueue.EnqueueSVMMap
+// of its range, a fine-grain one directly (b.SVM().Bytes()[b.Offset():]).
+// NewSVMSet keeps an SVM pool per context, as NewSet does for buffers.
+//
 // # Lifecycle
 //
 //	pool, _ := mempool.New(alloc)     // alloc: an allocator.Immediate, usually

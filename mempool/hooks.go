@@ -39,8 +39,9 @@ type Event struct {
 	Device    *cl.Device // the pool's device; nil if its allocator does not say
 	Size      int64      // bytes requested (for alloc events: the bytes asked of the device)
 	AllocSize int64      // the block's size (for alloc events: the segment's)
-	Buffer    *cl.Buffer // the device buffer (for block events: the segment's, see Offset); nil before an allocation and after a failed one
-	Offset    int64      // where the block starts in Buffer (block events)
+	Buffer    *cl.Buffer // the device buffer (for block events: the segment's, see Offset); nil before an allocation, after a failed one, and in an SVM pool
+	SVM       *cl.SVM    // the SVM allocation, as Buffer is the buffer, in a pool made by NewSVM; nil otherwise
+	Offset    int64      // where the block starts in Buffer or SVM (block events)
 	BlockID   uint64     // the PooledBuffer's ID (malloc_after and free events); 0 otherwise
 	Err       error      // for after events: the failure, if any
 }
@@ -142,5 +143,5 @@ func (p *Pool) mallocFailed(hooks hookList, size int64, err error) error {
 }
 
 func (b *PooledBuffer) event(k EventKind, blk *block) Event {
-	return Event{Kind: k, Size: b.Size(), AllocSize: blk.Size, Buffer: blk.Seg.Data, Offset: blk.Off, BlockID: b.ID()}
+	return Event{Kind: k, Size: b.Size(), AllocSize: blk.Size, Buffer: blk.Seg.Data.buf, SVM: blk.Seg.Data.svm, Offset: blk.Off, BlockID: b.ID()}
 }

@@ -5,11 +5,12 @@ import (
 	"github.com/clpool/clpool/mempool/internal/policy"
 )
 
-// The pool's handles: a segment is a device buffer from the allocator, a
-// block a byte range of one, handed out or held for reuse.
+// The pool's handles: a segment is memory from the allocator (a device
+// buffer or SVM, see mem), a block a byte range of one, handed out or held
+// for reuse.
 type (
-	block   = policy.Block[*cl.Buffer]
-	segment = policy.Segment[*cl.Buffer]
+	block   = policy.Block[mem]
+	segment = policy.Segment[mem]
 )
 
 // placement is what the pool asks of its policy: where a request goes,
@@ -46,15 +47,15 @@ type placement interface {
 	LargestFree() int64
 	Counts() *policy.Counts
 	// TakeStale appends the sub-buffers of blocks whose range changed.
-	TakeStale(dst []*cl.Buffer) []*cl.Buffer
+	TakeStale(dst []mem) []mem
 }
 
 // newPlacement returns the policy p's options ask for.
 func (p *Pool) newPlacement() placement {
 	if !p.arena {
-		return policy.NewBins[*cl.Buffer](p.leadingBits)
+		return policy.NewBins[mem](p.leadingBits)
 	}
-	return policy.NewArenas[*cl.Buffer](p.align, p.leadingBits, p.maxSplit, policy.DefaultPreferredSegment)
+	return policy.NewArenas[mem](p.align, p.leadingBits, p.maxSplit, policy.DefaultPreferredSegment)
 }
 
 // arenaAlignment returns the alignment of an arena's blocks on d: its

@@ -18,10 +18,11 @@ import (
 // is the policy's (policy.go); every counter changes in the ledger
 // (ledger.go), under p.mu; hooks and the allocator are called outside it.
 
-// Pool is a memory pool of device buffers over an Allocator. It is safe for
+// Pool is a memory pool of device buffers over an Allocator (New), or of
+// shared virtual memory over an SVMAllocator (NewSVM). It is safe for
 // concurrent use.
 type Pool struct {
-	alloc       allocator.Allocator
+	src         source     // the allocator, of buffers or of SVM
 	device      *cl.Device // for hooks and errors; nil if the allocator does not say
 	maxAlloc    int64      // the device's largest buffer; 0 if unknown
 	leadingBits int
@@ -97,25 +98,44 @@ func WithMaxSplitSize(n int64) Option { return func(p *Pool) { p.maxSplit = n } 
 // exits, as an unreleased cl.Buffer's would.
 func WithDropSafety(on bool) Option { return func(p *Pool) { p.dropSafety = on } }
 
-// New returns a pool over a. The pool owns the buffers it gets from a and
-// gives them back with a.Free.
+// New returns a pool of device buffers over a. The pool owns the buffers it
+// gets from a and gives them back with a.Free.
 func New(a allocator.Allocator, opts ...Option) (*Pool, error) {
 	if a == nil {
 		return nil, errors.New("mempool: New: nil allocator")
 	}
-	p := &Pool{alloc: a, device: allocator.DeviceOf(a), leadingBits: 4, dropSafety: true, holding: true}
+	return newPool("New", buffers{a}, opts)
+}
+
+// NewSVM returns a pool of shared virtual memory over a, with the same
+// options, policies, limits, queue ordering, hooks and statistics as New's.
+// Its PooledBuffers have SVM and Offset instead of Buffer and Base: pass
+// them to kernels with cl.Kernel.SetArgSVMPointer(i, b.SVM(), b.Offset()).
+// The pool owns the allocations it gets from a and gives them back with
+// a.Free. Over allocator.ImmediateSVM, an out-of-memory shows at Allocate,
+// and pool.Allocate allocates on its queue.
+func NewSVM(a allocator.SVMAllocator, opts ...Option) (*Pool, error) {
+	if a == nil {
+		return nil, errors.New("mempool: NewSVM: nil allocator")
+	}
+	return newPool("NewSVM", svms{a}, opts)
+}
+
+// newPool is New and NewSVM, for the constructor called call.
+func newPool(call string, src source, opts []Option) (*Pool, error) {
+	p := &Pool{src: src, device: deviceOf(src.outer()), leadingBits: 4, dropSafety: true, holding: true}
 	for _, o := range opts {
 		o(p)
 	}
 	switch {
 	case p.leadingBits < 0 || p.leadingBits > MaxLeadingBits:
-		return nil, fmt.Errorf("mempool: New: leading bits %d outside 0..%d", p.leadingBits, MaxLeadingBits)
+		return nil, fmt.Errorf("mempool: %s: leading bits %d outside 0..%d", call, p.leadingBits, MaxLeadingBits)
 	case p.limit < 0:
-		return nil, fmt.Errorf("mempool: New: negative limit %d", p.limit)
+		return nil, fmt.Errorf("mempool: %s: negative limit %d", call, p.limit)
 	case p.maxSplit < 0:
-		return nil, fmt.Errorf("mempool: New: negative max split size %d", p.maxSplit)
+		return nil, fmt.Errorf("mempool: %s: negative max split size %d", call, p.maxSplit)
 	case p.maxSplit > 0 && !p.arena:
-		return nil, errors.New("mempool: New: WithMaxSplitSize needs WithArena: exact bins never split")
+		return nil, fmt.Errorf("mempool: %s: WithMaxSplitSize needs WithArena: exact bins never split", call)
 	}
 	if p.device != nil {
 		p.maxAlloc = p.device.MaxMemAllocSize
@@ -131,7 +151,7 @@ func New(a allocator.Allocator, opts ...Option) (*Pool, error) {
 	if p.arena {
 		p.l.s.Policy = "arena"
 	}
-	if q := defaultQueue(a); q != nil {
+	if q := queueOf(src.outer()); q != nil {
 		p.defq, _ = p.queueState(q)
 	}
 	return p, nil
@@ -312,12 +332,12 @@ func (p *Pool) allocateBlock(hooks hookList, size int64, pb *PooledBuffer, r *qs
 				return nil, nil, hookErr
 			}
 		}
-		buf, err := p.allocateSegment(seg.Size)
+		m, err := p.allocateSegment(seg.Size)
 		if hooks != nil {
-			hookErr = p.emit(hooks, Event{Kind: AllocAfter, Size: seg.Size, AllocSize: seg.Size, Buffer: buf, Err: err})
+			hookErr = p.emit(hooks, Event{Kind: AllocAfter, Size: seg.Size, AllocSize: seg.Size, Buffer: m.buf, SVM: m.svm, Err: err})
 		}
 		if err == nil {
-			seg.Data = buf
+			seg.Data = m
 			p.mu.Lock()
 			p.l.segmentAdded(seg)
 			b := p.pol.Add(seg, size)
@@ -384,24 +404,24 @@ func (p *Pool) allocateBlock(hooks hookList, size int64, pb *PooledBuffer, r *qs
 
 // allocateSegment asks the allocator for n bytes, recovering a panic into
 // a *PanicError.
-func (p *Pool) allocateSegment(n int64) (buf *cl.Buffer, err error) {
+func (p *Pool) allocateSegment(n int64) (m mem, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			buf, err = nil, recovered(v, "allocator's Allocate")
+			m, err = mem{}, recovered(v, "allocator's Allocate")
 		}
 	}()
-	return p.alloc.Allocate(n)
+	return p.src.allocate(n)
 }
 
-// freeSegment gives buf back to the allocator, recovering a panic into a
+// freeSegment gives m back to the allocator, recovering a panic into a
 // *PanicError.
-func (p *Pool) freeSegment(buf *cl.Buffer) (err error) {
+func (p *Pool) freeSegment(m mem) (err error) {
 	defer func() {
 		if err == nil {
 			err = recovered(recover(), "allocator's Free")
 		}
 	}()
-	return p.alloc.Free(buf)
+	return p.src.free(m)
 }
 
 // reserve counts seg's bytes as managed before they are allocated, so that
@@ -559,7 +579,7 @@ func (p *Pool) give(pb *PooledBuffer, hooks hookList, record bool) error {
 // out of the pool's accounts, brings the held counts up to date, and
 // returns the sub-buffers that went stale meanwhile: freeSegments frees
 // both. p.mu must be held.
-func (p *Pool) forgetLocked(segs ...*segment) (stale []*cl.Buffer) {
+func (p *Pool) forgetLocked(segs ...*segment) (stale []mem) {
 	for _, s := range segs {
 		if s != nil {
 			p.l.segmentRemoved(s)
@@ -588,9 +608,9 @@ func (p *Pool) freeLargestHeld() bool {
 // segments, already out of the pool's accounts, back to the allocator. It
 // returns the allocator's errors, joined: one that fails (or panics) does
 // not keep the others from being freed.
-func (p *Pool) freeSegments(segs []*segment, stale []*cl.Buffer) error {
+func (p *Pool) freeSegments(segs []*segment, stale []mem) error {
 	for _, sub := range stale {
-		_ = sub.Release() // a sub-buffer of ours: its release can fail only if its context is gone
+		_ = sub.buf.Release() // a sub-buffer of ours: its release can fail only if its context is gone
 	}
 	var errs []error
 	for _, s := range segs {

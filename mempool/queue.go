@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/mempool/internal/policy"
 )
@@ -128,36 +127,7 @@ func (p *Pool) queueState(q *cl.CommandQueue) (*qstate, error) {
 
 // context returns the context of the pool's allocator, if it (or an
 // allocator it wraps) says.
-func (p *Pool) context() *cl.Context {
-	for a := p.alloc; a != nil; {
-		if c, ok := a.(interface{ Context() *cl.Context }); ok {
-			return c.Context()
-		}
-		u, ok := a.(interface{ Unwrap() allocator.Allocator })
-		if !ok {
-			return nil
-		}
-		a = u.Unwrap()
-	}
-	return nil
-}
-
-// defaultQueue is the queue of the pool's allocator, if it has one
-// (allocator.Immediate does, and wrappers that Unwrap to it): pool.Allocate
-// allocates on it.
-func defaultQueue(a allocator.Allocator) *cl.CommandQueue {
-	for a != nil {
-		if q, ok := a.(interface{ Queue() *cl.CommandQueue }); ok {
-			return q.Queue()
-		}
-		u, ok := a.(interface{ Unwrap() allocator.Allocator })
-		if !ok {
-			return nil
-		}
-		a = u.Unwrap()
-	}
-	return nil
-}
+func (p *Pool) context() *cl.Context { return contextOf(p.src.outer()) }
 
 // handover is what a block taken for queue r needs before r may use it:
 // the uses to wait for. It is nil, and costs nothing, when only r (in

@@ -40,8 +40,9 @@ type NewAllocFunc func(q *cl.CommandQueue) (allocator.Allocator, error)
 // memory size from the context's first device (see Pool.Device), so the
 // arena aligns blocks for that device only.
 type Set struct {
-	newAlloc NewAllocFunc
-	opts     []Option
+	newSource func(q *cl.CommandQueue) (source, error) // the allocator of q's context's pool
+	ctor      string                                   // "New" or "NewSVM": the kind of pools
+	opts      []Option
 
 	limitMu sync.Mutex // serializes SetLimit, so that the last call's limit stays
 
@@ -70,11 +71,46 @@ func NewSet(newAlloc NewAllocFunc, opts ...Option) *Set {
 			return allocator.NewImmediate(q, cl.MemReadWrite)
 		}
 	}
+	return newSet("New", func(q *cl.CommandQueue) (source, error) {
+		a, err := newAlloc(q)
+		if err != nil || a == nil {
+			return nil, err
+		}
+		return buffers{a}, nil
+	}, opts)
+}
+
+// NewSVMAllocFunc makes the SVM allocator of a Set's pool, as NewAllocFunc
+// makes a buffer allocator.
+type NewSVMAllocFunc func(q *cl.CommandQueue) (allocator.SVMAllocator, error)
+
+// NewSVMSet returns an empty set of SVM pools (see NewSVM), one per
+// context, as NewSet does for buffers. A nil newAlloc makes an
+// allocator.ImmediateSVM of coarse-grain SVM on the first queue asked; a
+// context whose devices have no SVM fails its first request with an error
+// matching cl.ErrSVMNotSupported.
+func NewSVMSet(newAlloc NewSVMAllocFunc, opts ...Option) *Set {
+	if newAlloc == nil {
+		newAlloc = func(q *cl.CommandQueue) (allocator.SVMAllocator, error) {
+			return allocator.NewImmediateSVM(q, false)
+		}
+	}
+	return newSet("NewSVM", func(q *cl.CommandQueue) (source, error) {
+		a, err := newAlloc(q)
+		if err != nil || a == nil {
+			return nil, err
+		}
+		return svms{a}, nil
+	}, opts)
+}
+
+func newSet(ctor string, newSource func(q *cl.CommandQueue) (source, error), opts []Option) *Set {
 	return &Set{
-		newAlloc: newAlloc,
-		opts:     append([]Option(nil), opts...),
-		pools:    make(map[*cl.Context]*Pool),
-		limits:   make(map[*cl.Context]int64),
+		newSource: newSource,
+		ctor:      ctor,
+		opts:      append([]Option(nil), opts...),
+		pools:     make(map[*cl.Context]*Pool),
+		limits:    make(map[*cl.Context]int64),
 	}
 }
 
@@ -109,11 +145,14 @@ func (s *Set) poolOf(call string, q *cl.CommandQueue) (*Pool, error) {
 	if p := s.pools[ctx]; p != nil {
 		return p, nil
 	}
-	a, err := s.newAlloc(q)
-	if err != nil {
+	src, err := s.newSource(q)
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("mempool: Set.%s: making the allocator of %v's pool: %w", call, q.Device(), err)
+	case src == nil:
+		return nil, fmt.Errorf("mempool: Set.%s: the allocator made for %v is nil", call, q.Device())
 	}
-	if aq := defaultQueue(a); aq != nil && aq.Context() != ctx {
+	if aq := queueOf(src.outer()); aq != nil && aq.Context() != ctx {
 		return nil, fmt.Errorf("mempool: Set.%s: the allocator made for %v allocates in another context: %w", call, q.Device(), ErrQueueMismatch)
 	}
 	opts := s.opts
@@ -121,7 +160,7 @@ func (s *Set) poolOf(call string, q *cl.CommandQueue) (*Pool, error) {
 		// After the Set's options, so that it overrides theirs.
 		opts = append(opts[:len(opts):len(opts)], WithLimit(limit))
 	}
-	p, err := New(a, opts...)
+	p, err := newPool(s.ctor, src, opts)
 	if err != nil {
 		return nil, fmt.Errorf("mempool: Set.%s: making the pool of %v: %w", call, q.Device(), err)
 	}

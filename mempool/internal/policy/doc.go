@@ -2,7 +2,7 @@
 // structures: which free block serves a request, how a new segment is
 // sized, and what happens to a block given back. It knows nothing of
 // OpenCL: a Segment carries the pool's handle of its memory as an opaque
-// T (a *cl.Buffer in package mempool; an int in this package's tests), so
+// T (a buffer or SVM allocation in package mempool; an int in this package's tests), so
 // every policy is tested here without a device.
 //
 // Two policies implement the same methods:

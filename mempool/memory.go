@@ -1,0 +1,102 @@
+package mempool
+
+import (
+	"github.com/clpool/clpool/allocator"
+	"github.com/clpool/clpool/cl"
+)
+
+// This file is what the pool's memory is: one pool serves device buffers
+// (New) and shared virtual memory (NewSVM), as PyOpenCL's mempool.hpp is
+// one pool over a pointer type. Everything else in the pool (policies,
+// limits, queues, hooks, statistics) sees a segment's memory only as a
+// mem, and asks its source for more.
+
+// mem is a segment's memory, or a block's cached handle: a device buffer
+// or an SVM allocation, never both. Its zero value is no memory.
+type mem struct {
+	buf *cl.Buffer
+	svm *cl.SVM
+}
+
+// source is where a pool's segments come from and go back to: an
+// allocator.Allocator or an allocator.SVMAllocator. Its methods are
+// called outside the pool's lock.
+type source interface {
+	allocate(n int64) (mem, error)
+	free(m mem) error
+	// outer returns the allocator the pool was made over, for the walks
+	// through wrappers (see walk).
+	outer() any
+}
+
+// buffers is the source of a pool of device buffers.
+type buffers struct{ a allocator.Allocator }
+
+func (s buffers) allocate(n int64) (mem, error) {
+	buf, err := s.a.Allocate(n)
+	return mem{buf: buf}, err
+}
+func (s buffers) free(m mem) error { return s.a.Free(m.buf) }
+func (s buffers) outer() any       { return s.a }
+
+// svms is the source of a pool of SVM.
+type svms struct{ a allocator.SVMAllocator }
+
+func (s svms) allocate(n int64) (mem, error) {
+	m, err := s.a.Allocate(n)
+	return mem{svm: m}, err
+}
+func (s svms) free(m mem) error { return s.a.Free(m.svm) }
+func (s svms) outer() any       { return s.a }
+
+// walk calls found with the pool's allocator and, while found returns
+// false, with each allocator it wraps (through an Unwrap method returning
+// an allocator.Allocator or an allocator.SVMAllocator, as Budget,
+// Counting and SVMBudget have).
+func walk(a any, found func(a any) bool) {
+	for a != nil && !found(a) {
+		switch u := a.(type) {
+		case interface{ Unwrap() allocator.Allocator }:
+			a = u.Unwrap()
+		case interface{ Unwrap() allocator.SVMAllocator }:
+			a = u.Unwrap()
+		default:
+			return
+		}
+	}
+}
+
+// contextOf returns the context of allocator a, or of one it wraps; nil if
+// none says.
+func contextOf(a any) (ctx *cl.Context) {
+	walk(a, func(a any) bool {
+		if c, ok := a.(interface{ Context() *cl.Context }); ok {
+			ctx = c.Context()
+			return true
+		}
+		return false
+	})
+	return ctx
+}
+
+// queueOf returns the queue of allocator a, or of one it wraps (the
+// Immediate allocators' probe queue); nil if none has one.
+func queueOf(a any) (q *cl.CommandQueue) {
+	walk(a, func(a any) bool {
+		if c, ok := a.(interface{ Queue() *cl.CommandQueue }); ok {
+			q = c.Queue()
+			return true
+		}
+		return false
+	})
+	return q
+}
+
+// deviceOf returns the first device of allocator a's context; nil if a
+// does not say.
+func deviceOf(a any) *cl.Device {
+	if ds := contextOf(a).Devices(); len(ds) > 0 {
+		return ds[0]
+	}
+	return nil
+}
