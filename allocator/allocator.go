@@ -83,6 +83,9 @@ func (d *Deferred) Free(buf *cl.Buffer) error {
 	if buf.Released() {
 		return ErrFreed
 	}
+	if buf.Context() != d.ctx {
+		return fmt.Errorf("allocator: Free: the %d-byte buffer was made in another context: %w", buf.Size(), cl.ErrInvalidContext)
+	}
 	return buf.Release()
 }
 

@@ -66,7 +66,9 @@ func (a *SVM) Allocate(size int64) (*cl.SVM, error) {
 	return a.ctx.SVMAlloc(a.flags, size, 0)
 }
 
-// Free frees s. Freeing it twice returns ErrFreed. The commands that use s
+// Free frees s. Freeing it twice returns ErrFreed; an SVM of another
+// context, which this allocator cannot have handed out, an error matching
+// cl.ErrInvalidContext, and s stays allocated. The commands that use s
 // must have completed (see cl.SVM.Free).
 func (a *SVM) Free(s *cl.SVM) error {
 	if s == nil {
@@ -74,6 +76,9 @@ func (a *SVM) Free(s *cl.SVM) error {
 	}
 	if s.Freed() {
 		return ErrFreed
+	}
+	if s.Context() != a.ctx {
+		return fmt.Errorf("allocator: SVM.Free: the %d-byte SVM was allocated in another context: %w", s.Size(), cl.ErrInvalidContext)
 	}
 	return s.Free()
 }

@@ -170,3 +170,39 @@ func TestSVMBudget(t *testing.T) {
 	assert.ErrorIs(t, err, cl.ErrInvalidBufferSize)
 	assert.Zero(t, big.Live())
 }
+
+// A free of memory from another context's allocator is refused, clearly,
+// and frees nothing: the memory stays with its own allocator.
+func TestFreeOfAnotherContextsMemory(t *testing.T) {
+	q := cltest.Queue(t)
+	other, err := cl.CreateContext(q.Device())
+	require.NoError(t, err)
+	defer other.Release()
+
+	mine, err := allocator.NewDeferred(q.Context(), cl.MemReadWrite)
+	require.NoError(t, err)
+	theirs, err := allocator.NewDeferred(other, cl.MemReadWrite)
+	require.NoError(t, err)
+	buf, err := theirs.Allocate(64)
+	require.NoError(t, err)
+	err = mine.Free(buf)
+	assert.ErrorIs(t, err, cl.ErrInvalidContext)
+	assert.ErrorContains(t, err, "allocator: Free: the 64-byte buffer was made in another context")
+	assert.False(t, buf.Released())
+	require.NoError(t, theirs.Free(buf))
+
+	if q.Context().SVMCapabilities() == 0 {
+		t.Skipf("the SVM half needs shared virtual memory; %v has none", q.Device())
+	}
+	mineSVM, err := allocator.NewSVM(q.Context(), false)
+	require.NoError(t, err)
+	theirsSVM, err := allocator.NewSVM(other, false)
+	require.NoError(t, err)
+	s, err := theirsSVM.Allocate(64)
+	require.NoError(t, err)
+	err = mineSVM.Free(s)
+	assert.ErrorIs(t, err, cl.ErrInvalidContext)
+	assert.ErrorContains(t, err, "allocator: SVM.Free: the 64-byte SVM was allocated in another context")
+	assert.False(t, s.Freed())
+	require.NoError(t, theirsSVM.Free(s))
+}
