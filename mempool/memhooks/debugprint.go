@@ -37,6 +37,7 @@ type debugLine struct {
 	Size      int64  `json:"size"`
 	AllocSize int64  `json:"alloc_size"`
 	Buffer    string `json:"buffer,omitempty"`
+	SVM       string `json:"svm,omitempty"` // an SVM pool's allocation, by address
 	Block     uint64 `json:"block,omitempty"`
 	Error     string `json:"error,omitempty"`
 }
@@ -49,6 +50,9 @@ func (d *DebugPrint) Handle(e mempool.Event) {
 	}
 	if e.Buffer != nil {
 		line.Buffer = fmt.Sprintf("%#x", e.Buffer.Handle())
+	}
+	if e.SVM != nil {
+		line.SVM = fmt.Sprintf("%#x", e.SVM.Pointer())
 	}
 	if e.Err != nil {
 		line.Error = e.Err.Error()

@@ -71,6 +71,32 @@ func TestDebugPrintWritesJSONLines(t *testing.T) {
 	assert.Equal(t, lines[3]["block"], lines[4]["block"], "malloc and free name the same block")
 }
 
+// An SVM pool's events name the SVM by address, where a buffer pool's name
+// the buffer.
+func TestDebugPrintNamesAnSVMPoolsMemory(t *testing.T) {
+	q := cltest.SVMQueue(t, cl.SVMCoarseGrainBuffer)
+	a, err := allocator.NewImmediateSVM(q, false)
+	require.NoError(t, err)
+	p, err := mempool.NewSVM(a)
+	require.NoError(t, err)
+	defer p.Close()
+	var out bytes.Buffer
+	d := memhooks.NewDebugPrint(&out)
+	p.AddHook(d)
+	b, err := p.Allocate(4000)
+	require.NoError(t, err)
+	want := fmt.Sprintf("%#x", b.SVM().Pointer())
+	require.NoError(t, b.Close())
+	require.NoError(t, d.Err())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 6)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[3]), &m))
+	assert.Equal(t, "malloc_after", m["event"])
+	assert.Equal(t, want, m["svm"])
+	assert.NotContains(t, m, "buffer")
+}
+
 // askSmall and askLarge are two call sites for the profile to tell apart.
 func askSmall(t *testing.T, p *mempool.Pool) *mempool.PooledBuffer {
 	b, err := p.Allocate(4096)
