@@ -412,3 +412,61 @@ type handedOut struct {
 	size  int64
 	q     *struct{}
 }
+
+// benchSVMPool is benchPool over coarse-grain SVM; the benchmark is
+// skipped where the device has none.
+func benchSVMPool(b *testing.B, opts ...mempool.Option) *mempool.Pool {
+	a, err := allocator.NewImmediateSVM(cltest.SVMQueue(b, cl.SVMCoarseGrainBuffer), false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := mempool.NewSVM(a, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { p.Close() })
+	warm, err := p.Allocate(benchSize)
+	if err != nil {
+		b.Fatal(err)
+	}
+	warm.Close()
+	return p
+}
+
+// BenchmarkSVMPoolHit is BenchmarkPoolHit over SVM (NewSVM), and
+// BenchmarkSVMArenaHit BenchmarkArenaHit: the pool is the same, so they
+// should cost the same as their buffer twins.
+func BenchmarkSVMPoolHit(b *testing.B) { hitLoop(b, benchSVMPool(b)) }
+
+func BenchmarkSVMArenaHit(b *testing.B) { hitLoop(b, benchSVMPool(b, mempool.WithArena())) }
+
+// BenchmarkSVMAlloc is what a pool hit saves over SVM: clSVMAlloc and
+// clSVMFree of 4 KiB (allocator.SVM), and with the ImmediateSVM's probe.
+func BenchmarkSVMAlloc(b *testing.B) {
+	q := cltest.SVMQueue(b, cl.SVMCoarseGrainBuffer)
+	plain, err := allocator.NewSVM(q.Context(), false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	imm, err := allocator.NewImmediateSVM(q, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		a    allocator.SVMAllocator
+	}{{"plain", plain}, {"immediate", imm}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				s, err := c.a.Allocate(benchSize)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := c.a.Free(s); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
