@@ -8,6 +8,7 @@ import "C"
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sync/atomic"
 )
 
@@ -17,19 +18,32 @@ type Context struct {
 	id       C.cl_context
 	devices  []*Device
 	maxAlloc int64 // the least MaxMemAllocSize of the devices
+	align    int64 // the largest MemBaseAddrAlign of the devices, bytes
 	serial   bool  // the runtime is not thread-safe: calls take serialMu
 	released atomic.Bool
 }
 
 // CreateContext makes a context on the given devices: at least one, all of
 // one platform. A nil device, or devices of different platforms, return
-// ErrInvalidDevice without reaching the driver.
+// ErrInvalidDevice without reaching the driver. A device given twice counts
+// once, as the specification says (Oclgrind would refuse the repeat), so
+// Devices lists each device once, in the order given.
+//
+// In a context of several devices a buffer is valid on each of them: a
+// queue of any of the devices may use it, the runtime moving the contents
+// where they are needed (EnqueueMigrateMemObjects does it ahead of time),
+// and commands of different queues are ordered by their events. Buffers
+// are placed for all the devices at once: see MemBaseAddrAlign and
+// MaxMemAllocSize.
 func CreateContext(devices ...*Device) (*Context, error) {
 	const call = "clCreateContext"
 	if len(devices) == 0 {
 		return nil, misuse(call, ErrInvalidValue, "no device given")
 	}
-	ids := make([]C.cl_device_id, len(devices))
+	var (
+		ids  []C.cl_device_id
+		devs []*Device
+	)
 	for i, d := range devices {
 		if d == nil || d.id == nil || d.Platform == nil {
 			return nil, misuse(call, ErrInvalidDevice, fmt.Sprintf("device %d is nil or was not listed by Platform.Devices", i))
@@ -37,16 +51,20 @@ func CreateContext(devices ...*Device) (*Context, error) {
 		if d.Platform.id != devices[0].Platform.id {
 			return nil, misuse(call, ErrInvalidDevice, fmt.Sprintf("devices of different platforms, %v and %v: a context holds devices of one platform", devices[0], d))
 		}
-		ids[i] = d.id
+		if !slices.Contains(ids, d.id) {
+			ids = append(ids, d.id)
+			devs = append(devs, d)
+		}
 	}
 	var code C.cl_int
 	id := C.clCreateContext(nil, C.cl_uint(len(ids)), &ids[0], nil, nil, &code)
 	if err := callErr(call, int32(code)); err != nil {
 		return nil, err
 	}
-	c := &Context{id: id, devices: append([]*Device(nil), devices...), maxAlloc: devices[0].MaxMemAllocSize, serial: needsSerial(devices)}
-	for _, d := range devices {
+	c := &Context{id: id, devices: devs, maxAlloc: devs[0].MaxMemAllocSize, serial: needsSerial(devs)}
+	for _, d := range devs {
 		c.maxAlloc = min(c.maxAlloc, d.MaxMemAllocSize)
+		c.align = max(c.align, d.MemBaseAddrAlign)
 	}
 	return c, nil
 }
@@ -58,6 +76,19 @@ func (c *Context) MaxMemAllocSize() int64 {
 		return 0
 	}
 	return c.maxAlloc
+}
+
+// MemBaseAddrAlign returns, in bytes like Device.MemBaseAddrAlign, the
+// largest CL_DEVICE_MEM_BASE_ADDR_ALIGN of the context's devices (the API
+// reports bits). A sub-buffer whose origin is a multiple of it can be used
+// by a queue of any of the devices; CreateSubBuffer needs an origin aligned
+// for one device only, and a queue of a device for which it is not aligned
+// fails with ErrMisalignedSubBufferOffset. A nil Context returns 0.
+func (c *Context) MemBaseAddrAlign() int64 {
+	if c == nil {
+		return 0
+	}
+	return c.align
 }
 
 // Devices returns the context's devices; none for a nil Context.

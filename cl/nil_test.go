@@ -43,6 +43,7 @@ func TestNilObjectsAndArguments(t *testing.T) {
 
 		assert.ErrorIs(t, ctx.Release(), cl.ErrInvalidContext)
 		assert.Zero(t, ctx.MaxMemAllocSize())
+		assert.Zero(t, ctx.MemBaseAddrAlign())
 		assert.Nil(t, ctx.Devices())
 		assert.False(t, ctx.Serialized())
 		_, err = ctx.CreateBuffer(cl.MemReadWrite, 64)
