@@ -1,15 +1,22 @@
 // clpool.h is the one C header of package cl: it fixes the OpenCL API level
 // and holds the few C-side helpers the Go code needs.
 //
-// The headers are those of OpenCL 2.0, so that the declarations of shared
-// virtual memory (clSVMAlloc, ...) are visible; every other call is of
-// OpenCL 1.2, whose deprecated names (clCreateCommandQueue) stay in use so
-// that 1.2 platforms such as Oclgrind keep working. The 2.0 functions are
-// called only on contexts whose devices report SVM (svm.go checks).
+// The headers are those of OpenCL 3.0 (CL_TARGET_OPENCL_VERSION 300; Debian's
+// opencl-headers 3.0 have them), so that every declaration up to 3.0 is
+// visible. What a platform offers is decided at run time, per device, not
+// by the headers: every call made unconditionally is of OpenCL 1.2, which
+// all later versions keep, and the 1.2 names deprecated since 2.0
+// (clCreateCommandQueue) stay in use, so that 1.2 platforms such as
+// Oclgrind keep working; CL_USE_DEPRECATED_OPENCL_1_2_APIS keeps them free
+// of deprecation warnings. No 2.0 API deprecated in 2.1 or later is used, so
+// CL_USE_DEPRECATED_OPENCL_2_0_APIS is not needed. Shared virtual memory (2.0,
+// optional in 3.0) is detected from CL_DEVICE_SVM_CAPABILITIES, asked of 2.0
+// and later devices only, and its functions (clSVMAlloc, ...) are called
+// only on contexts whose devices all report it (svm.go checks).
 #ifndef CLPOOL_H
 #define CLPOOL_H
 
-#define CL_TARGET_OPENCL_VERSION 200
+#define CL_TARGET_OPENCL_VERSION 300
 #define CL_USE_DEPRECATED_OPENCL_1_2_APIS
 #include <CL/cl.h>
 

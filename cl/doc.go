@@ -1,8 +1,21 @@
-// Package cl is clpool's thin cgo binding of the OpenCL 1.2 C API: platforms
+// Package cl is clpool's thin cgo binding of the OpenCL C API: platforms
 // and devices with their memory facts, contexts, command queues, buffers and
 // sub-buffers, transfers, events with profiling times, programs and kernels;
 // and, where a device has OpenCL 2.0's shared virtual memory, SVM. It is
 // the only package of clpool that uses cgo.
+//
+// # OpenCL versions
+//
+// The package is compiled against the OpenCL 3.0 headers
+// (CL_TARGET_OPENCL_VERSION 300, from opencl-headers 3.0 or later) and
+// runs on platforms of OpenCL 1.2 and later: Oclgrind is 1.2, POCL 3.x
+// reports 3.0. Everything it calls unconditionally is the 1.2 API, which
+// every later version keeps, under the 1.2 names even where 2.0 deprecated
+// them (clCreateCommandQueue). Anything newer is detected at run time, per
+// device: Device.VersionNumber reads CL_DEVICE_VERSION, and
+// Device.SVMCapabilities, the one newer feature used, is asked of 2.0 and
+// later devices only; it is 0 on 1.x devices and on 3.0 devices without
+// SVM, which 3.0 makes optional.
 //
 // # Lifetimes
 //
@@ -68,6 +81,17 @@
 // on the device. Free, like clSVMFree, does not wait for commands: finish
 // those that use the memory first. A second Free is an error, as is a Free
 // while mapped; an SVM holds a reference to its context until freed.
+//
+// # Several devices
+//
+// A context may hold several devices of one platform (CreateContext). A
+// buffer is then valid on each of them: a queue of any device may write,
+// copy or run kernels on it, commands of different queues being ordered by
+// their events. Context.MaxMemAllocSize is the least of the devices'
+// limits and Context.MemBaseAddrAlign the largest of their alignments, so
+// sizes and offsets that respect these suit every device. POCL shows
+// several CPU devices when the environment variable POCL_DEVICES names
+// them before the ICD loader starts it: POCL_DEVICES="pthread pthread".
 //
 // # Choosing a device
 //

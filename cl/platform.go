@@ -48,7 +48,8 @@ func (t DeviceType) String() string {
 
 // SVMCapabilities is the device's shared-virtual-memory support
 // (cl_device_svm_capabilities, OpenCL 2.0). Zero on OpenCL 1.x devices,
-// which are not asked, and on OpenCL 3.0 devices without SVM.
+// which are not asked (the query is not theirs), and on OpenCL 3.0 devices
+// without SVM, which 3.0 makes optional: they answer the query with 0.
 // Context.SVMAlloc needs SVMCoarseGrainBuffer at least.
 type SVMCapabilities uint64
 
@@ -269,9 +270,11 @@ func deviceString(id C.cl_device_id, param C.cl_device_info) (string, error) {
 var versionRE = regexp.MustCompile(`^OpenCL (\d+)\.(\d+)`)
 
 // VersionNumber returns the device's OpenCL version as major and minor
-// numbers, parsed from Version ("OpenCL 1.2 ..."); 0, 0 if it cannot be read.
-// Use it to detect features newer than the 1.2 API this package targets.
-// A nil Device returns 0, 0.
+// numbers, parsed from Version ("OpenCL 1.2 ...", "OpenCL 3.0 PoCL ...");
+// 0, 0 if it cannot be read. Use it to detect features newer than the 1.2
+// API that this package calls everywhere; in OpenCL 3.0 those features are
+// optional, so a 3.0 device must still be asked about each (as
+// SVMCapabilities is). A nil Device returns 0, 0.
 func (d *Device) VersionNumber() (major, minor int) {
 	if d == nil {
 		return 0, 0
