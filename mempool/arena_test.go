@@ -134,19 +134,47 @@ func TestArenaOutOfMemoryAndLimit(t *testing.T) {
 	assert.Equal(t, int64(2), s.DeviceFrees)
 	assert.Equal(t, int64(1), s.OOMRetries)
 	assert.Equal(t, int64(8<<20), s.ManagedBytes)
+	// A small request's segment halves after each refusal.
 	inj.failNext(cl.ErrMemObjectAllocationFailure, cl.ErrMemObjectAllocationFailure)
-	_, err = f.pool.Allocate(1)
-	assert.ErrorIs(t, err, mempool.ErrOutOfMemory, "nothing left to free")
+	c, err := f.pool.Allocate(1)
+	require.NoError(t, err)
+	assert.Equal(t, int64(8<<20+512<<10), f.pool.Stats().ManagedBytes, "2 MiB refused, then 1 MiB: 512 KiB")
+	fails := make([]error, 32)
+	for i := range fails {
+		fails[i] = cl.ErrMemObjectAllocationFailure
+	}
+	inj.failNext(fails...)
+	_, err = f.pool.Allocate(600 << 10)
+	assert.ErrorIs(t, err, mempool.ErrOutOfMemory, "nothing left to free, down to the request's own size")
+	inj.mu.Lock()
+	assert.Equal(t, 32-3, len(inj.fails), "tried 2 MiB, 1 MiB and the request's 600 KiB")
+	inj.fails = nil
+	inj.mu.Unlock()
+	require.NoError(t, c.Close())
 	require.NoError(t, b.Close())
 
 	g := newFixture(t, nil, mempool.WithArena(), mempool.WithLimit(3<<20))
-	c, err := g.pool.Allocate(100)
+	c, err = g.pool.Allocate(100)
 	require.NoError(t, err)
 	_, err = g.pool.Allocate(2 << 20)
 	assert.ErrorIs(t, err, mempool.ErrOutOfMemory, "2 MiB more would pass the limit")
 	_, err = g.pool.Allocate(1 << 30)
 	assert.ErrorIs(t, err, mempool.ErrOutOfMemory)
 	require.NoError(t, c.Close())
+
+	// A limit under a small segment's 2 MiB still serves small requests,
+	// from smaller segments.
+	h := newFixture(t, nil, mempool.WithArena(), mempool.WithLimit(1<<20))
+	var small []*mempool.PooledBuffer
+	for range 3 {
+		d, err := h.pool.Allocate(1000)
+		require.NoError(t, err)
+		small = append(small, d)
+	}
+	assert.LessOrEqual(t, h.pool.Stats().ManagedBytes, int64(1<<20))
+	for _, d := range small {
+		require.NoError(t, d.Close())
+	}
 }
 
 // A block dropped without Close comes back, and its bytes merge again.

@@ -129,12 +129,21 @@ func (p *Arenas[T]) NewSegment(size int64) *Segment[T] {
 	return &Segment[T]{Size: p.SegmentSize(size), Small: p.Round(size) <= SmallRequest, Oversize: p.Oversize(size)}
 }
 
-// Smaller returns a smaller size to try after the device refused a
-// segment of n bytes for a request of size, and makes large segments
-// smaller from now on; 0 if there is none.
+// Smaller returns a smaller size to try after the device (or the pool's
+// limit) refused a segment of n bytes for a request of size, and makes
+// large segments smaller from now on; 0 if there is none. A small
+// request's segment halves down to the request's own rounded size, for
+// this segment only, so that a pool with little room left (a limit under
+// SmallSegment) still serves small requests.
 func (p *Arenas[T]) Smaller(size, n int64) int64 {
+	if r := p.Round(size); r <= SmallRequest {
+		if n <= r {
+			return 0
+		}
+		return max(p.Round(n/2), r)
+	}
 	own := roundUp(p.Round(size), LargeUnit)
-	if p.Round(size) <= SmallRequest || n <= own {
+	if n <= own {
 		return 0
 	}
 	p.shrink++
