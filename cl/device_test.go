@@ -3,7 +3,6 @@ package cl_test
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -159,27 +158,8 @@ func TestContextAcrossPlatformsIsRefused(t *testing.T) {
 	t.Skip("this test needs devices of two platforms, such as POCL and Oclgrind (`make deps` installs both)")
 }
 
-// childEnv tells a test binary started by reexec which part to play.
-const childEnv = "CLPOOL_TEST_CHILD"
-
-// reexec runs this test binary again, with the tests that match run, with
-// env added to the environment, and returns its output. The ICD loader
-// reads OCL_ICD_VENDORS once per process: only a new process sees another
-// set of platforms.
-func reexec(t *testing.T, run string, env ...string) (string, error) {
-	t.Helper()
-	args := []string{"-test.run=" + run, "-test.count=1", "-test.v"}
-	if testing.Short() {
-		args = append(args, "-test.short")
-	}
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
 func TestNoPlatformSaysWhatToCheck(t *testing.T) {
-	switch os.Getenv(childEnv) {
+	switch os.Getenv(cltest.ChildEnv) {
 	case "no-platform":
 		ps, err := cl.Platforms()
 		if err == nil {
@@ -196,7 +176,7 @@ func TestNoPlatformSaysWhatToCheck(t *testing.T) {
 	default:
 		t.Skip("a child of reexec for another test")
 	}
-	out, err := reexec(t, "^TestNoPlatformSaysWhatToCheck$", childEnv+"=no-platform",
+	out, err := cltest.Reexec(t, "^TestNoPlatformSaysWhatToCheck$", cltest.ChildEnv+"=no-platform",
 		"OCL_ICD_VENDORS="+t.TempDir()) // a directory with no .icd file: some ICD loaders fall back to /etc/OpenCL/vendors for a path that does not exist
 	require.NoError(t, err, out)
 	if strings.Contains(out, "child skipped: ") {
@@ -212,36 +192,17 @@ func TestNoPlatformSaysWhatToCheck(t *testing.T) {
 // that need Oclgrind skip, saying so. It runs them in a process whose ICD
 // loader sees POCL alone.
 func TestPackagePassesWithOnlyPOCL(t *testing.T) {
-	if os.Getenv(childEnv) != "" {
+	if os.Getenv(cltest.ChildEnv) != "" {
 		t.Skip("a child of reexec")
 	}
-	icd := poclICD(t)
+	icd := cltest.POCLICD(t)
 	dir := t.TempDir()
 	data, err := os.ReadFile(icd)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(icd)), data, 0o644))
-	out, err := reexec(t, ".", childEnv+"=only-pocl", "OCL_ICD_VENDORS="+dir, cl.DeviceEnv+"=")
+	out, err := cltest.Reexec(t, ".", cltest.ChildEnv+"=only-pocl", "OCL_ICD_VENDORS="+dir, cl.DeviceEnv+"=")
 	require.NoError(t, err, out)
 	assert.Contains(t, out, "--- SKIP: TestSelectDevice/oclgrind_by_its_short_name")
 	assert.Contains(t, out, `needs a "oclgrind" device, and none is installed`)
 	assert.NotContains(t, out, "Oclgrind Simulator", "the child sees POCL alone")
-}
-
-// poclICD returns the .icd file that names POCL, in the directory
-// OCL_ICD_VENDORS names or else /etc/OpenCL/vendors; it skips the test if
-// there is none.
-func poclICD(t *testing.T) string {
-	dir := os.Getenv("OCL_ICD_VENDORS")
-	if dir == "" {
-		dir = "/etc/OpenCL/vendors"
-	}
-	files, _ := filepath.Glob(filepath.Join(dir, "*.icd"))
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err == nil && strings.Contains(strings.ToLower(filepath.Base(f)+string(data)), "pocl") {
-			return f
-		}
-	}
-	t.Skipf("this test needs POCL, and no .icd file in %s names it (`make deps` installs it)", dir)
-	return ""
 }

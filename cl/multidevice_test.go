@@ -1,10 +1,6 @@
 package cl_test
 
 import (
-	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/clpool/clpool/cl"
@@ -97,33 +93,12 @@ func runAffine(t *testing.T, qw, qk *cl.CommandQueue, n int) []int32 {
 	return got
 }
 
-// twoDevices returns the first two devices of the first platform that has
-// two, and skips the test where none has.
-func twoDevices(t *testing.T) (*cl.Device, *cl.Device) {
-	t.Helper()
-	ps, err := cl.Platforms()
-	require.NoError(t, err)
-	var seen []string
-	for _, p := range ps {
-		ds, err := p.Devices(cl.DeviceTypeAll)
-		require.NoError(t, err)
-		if len(ds) >= 2 {
-			return ds[0], ds[1]
-		}
-		seen = append(seen, fmt.Sprintf("%s: %d", p.Name, len(ds)))
-	}
-	t.Skipf("this test needs a platform with two devices, and the platforms have these devices: %s; "+
-		`POCL shows two with POCL_DEVICES="pthread pthread" (TestContextOfTwoPOCLDevices runs this test so)`,
-		strings.Join(seen, ", "))
-	return nil, nil
-}
-
 // A context of two devices: a buffer written through device 0 is read by
 // a kernel on device 1, ordered by the write's event, and the result comes
 // back through device 1; a copy on device 1 comes back through device 0;
 // a sub-buffer at the context's alignment serves both.
 func TestContextOfSeveralDevices(t *testing.T) {
-	d0, d1 := twoDevices(t)
+	d0, d1 := cltest.TwoDevices(t)
 	ctx, err := cl.CreateContext(d0, d1)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, ctx.Release()) }()
@@ -208,28 +183,5 @@ func TestContextOfSeveralDevices(t *testing.T) {
 // loader starts it, which only a new process can do: this test runs
 // TestContextOfSeveralDevices in one that sees POCL alone, so.
 func TestContextOfTwoPOCLDevices(t *testing.T) {
-	if os.Getenv(childEnv) != "" {
-		t.Skip("a child of reexec")
-	}
-	if dev, err := cl.SelectDevice(); err != nil || !dev.Matches("pocl") {
-		t.Skipf("runs where the selected device is POCL (%s=pocl); selected: %v (%v)", cl.DeviceEnv, dev, err)
-	}
-	icd := poclICD(t)
-	dir := t.TempDir()
-	data, err := os.ReadFile(icd)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(icd)), data, 0o644))
-	// POCL 3 calls its CPU device "pthread"; later versions call it "cpu".
-	var outs []string
-	for _, devices := range []string{"pthread pthread", "cpu cpu"} {
-		out, err := reexec(t, "^TestContextOfSeveralDevices$", childEnv+"=two-pocl-devices",
-			"OCL_ICD_VENDORS="+dir, "POCL_DEVICES="+devices, cl.DeviceEnv+"=pocl")
-		require.NoError(t, err, out)
-		if strings.Contains(out, "--- PASS: TestContextOfSeveralDevices") {
-			t.Logf("POCL_DEVICES=%q:\n%s", devices, out)
-			return
-		}
-		outs = append(outs, "POCL_DEVICES="+devices+":\n"+out)
-	}
-	t.Skipf("POCL showed fewer than two devices:\n%s", strings.Join(outs, "\n"))
+	cltest.RunOnTwoPOCLDevices(t, "TestContextOfSeveralDevices")
 }

@@ -75,7 +75,9 @@
 // keeps a pool per context, made at the first request on one of its queues,
 // and routes each request (Set.On(q)) to the pool of q's context. Limits
 // are per context (Set.SetLimit); Set.Stats has each device's statistics
-// and their totals; FreeHeld and Close reach every pool.
+// and their totals; FreeHeld and Close reach every pool. A context of
+// several devices is one pool, whose blocks suit every device of it (the
+// largest alignment, the least largest buffer).
 //
 // # Shared virtual memory
 //

@@ -58,15 +58,17 @@ func (p *Pool) newPlacement() placement {
 	return policy.NewArenas[mem](p.align, p.leadingBits, p.maxSplit, policy.DefaultPreferredSegment)
 }
 
-// arenaAlignment returns the alignment of an arena's blocks on d: its
-// base-address alignment (which sub-buffers need) rounded up to a power
-// of two, at least policy.MinBlock; 4 KiB when the device is unknown.
-func arenaAlignment(d *cl.Device) int64 {
-	if d == nil {
+// arenaAlignment returns the alignment of an arena's blocks in ctx: the
+// largest base-address alignment of its devices (which sub-buffers need),
+// rounded up to a power of two, at least policy.MinBlock; 4 KiB when the
+// context is unknown.
+func arenaAlignment(ctx *cl.Context) int64 {
+	need := ctx.MemBaseAddrAlign()
+	if need == 0 {
 		return 4096
 	}
 	a := int64(policy.MinBlock)
-	for a < d.MemBaseAddrAlign {
+	for a < need {
 		a *= 2
 	}
 	return a

@@ -137,13 +137,14 @@ func newPool(call string, src source, opts []Option) (*Pool, error) {
 	case p.maxSplit > 0 && !p.arena:
 		return nil, fmt.Errorf("mempool: %s: WithMaxSplitSize needs WithArena: exact bins never split", call)
 	}
-	if p.device != nil {
-		p.maxAlloc = p.device.MaxMemAllocSize
-	}
+	// In a context of several devices, a block must suit each: the
+	// least of their largest buffers, the largest of their alignments.
+	ctx := contextOf(src.outer())
+	p.maxAlloc = ctx.MaxMemAllocSize()
 	if err := p.resolveLimit(); err != nil {
 		return nil, err
 	}
-	p.align = arenaAlignment(p.device)
+	p.align = arenaAlignment(ctx)
 	p.pol = p.newPlacement()
 	p.caching.Store(!p.dropSafety)
 	p.cachesGone.Store(p.dropSafety)

@@ -36,9 +36,11 @@ type NewAllocFunc func(q *cl.CommandQueue) (allocator.Allocator, error)
 // context (SetLimit) is that device's. WithLimitFraction among the Set's
 // options gives each pool that fraction of its own device's memory. A
 // context of several devices gets one pool, whose blocks are valid on
-// each of its devices; the pool takes its alignment, largest buffer and
-// memory size from the context's first device (see Pool.Device), so the
-// arena aligns blocks for that device only.
+// each of its devices: the arena aligns them to the largest base-address
+// alignment of the devices, and the largest block is the least of their
+// largest buffers; a block given back on one device's queue is ordered
+// before another device's queue reuses it, as between any two queues.
+// Pool.Device and the memory size in errors are the first device's.
 type Set struct {
 	newSource func(q *cl.CommandQueue) (source, error) // the allocator of q's context's pool
 	ctor      string                                   // "New" or "NewSVM": the kind of pools
