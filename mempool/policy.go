@@ -58,6 +58,16 @@ func (p *Pool) newPlacement() placement {
 	return policy.NewArenas[mem](p.align, p.leadingBits, p.maxSplit, policy.DefaultPreferredSegment)
 }
 
+// blockSizeOf is p.pol.BlockSize(size) without the interface call, for
+// the queue caches' hot path: the policies' own functions, called
+// directly.
+func (p *Pool) blockSizeOf(size int64) int64 {
+	if p.arena {
+		return policy.Round(size, p.align)
+	}
+	return policy.AllocSize(policy.BinNumber(size, p.leadingBits), p.leadingBits)
+}
+
 // arenaAlignment returns the alignment of an arena's blocks in ctx: the
 // largest base-address alignment of its devices (which sub-buffers need),
 // rounded up to a power of two, at least policy.MinBlock; 4 KiB when the

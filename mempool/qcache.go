@@ -44,10 +44,11 @@ const (
 // cache lines of other queues', which other cores write.
 type qcache struct {
 	_      [64]byte
-	mu     sync.Mutex // protects the fields below
-	blocks []*block   // given back on the queue, newest last
-	d      qdelta     // operations not yet in the ledger
-	slab   []PooledBuffer
+	mu     sync.Mutex              // protects the fields below
+	blocks []*block                // given back on the queue, newest last
+	d      qdelta                  // operations not yet in the ledger
+	slab   *[slabSize]PooledBuffer // handed out from slab[used:], each once
+	used   int
 	_      [64]byte
 }
 
@@ -111,14 +112,14 @@ func (p *Pool) allocateCached(size int64, r *qstate) *PooledBuffer {
 	if !p.caching.Load() || r.ooo {
 		return nil // checked again under the lock; this spares pools without caches the lock
 	}
-	n := p.pol.BlockSize(size)
+	n := p.blockSizeOf(size)
 	if n > cacheMaxBlock {
 		return nil
 	}
 	c := &r.c
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if !p.caching.Load() {
+		c.mu.Unlock()
 		return nil
 	}
 	i := len(c.blocks) - 1
@@ -126,21 +127,27 @@ func (p *Pool) allocateCached(size int64, r *qstate) *PooledBuffer {
 		i--
 	}
 	if i < 0 {
+		c.mu.Unlock()
 		return nil
 	}
 	b := c.blocks[i]
-	c.blocks = append(c.blocks[:i], c.blocks[i+1:]...)
-	c.blocks[:cap(c.blocks)][len(c.blocks)] = nil // no stale pointer past the end
-	b.Uses = b.Uses[:0]                           // only r used it, in order
-	if len(c.slab) == 0 {
-		c.slab = make([]PooledBuffer, slabSize)
+	last := len(c.blocks) - 1
+	if i < last {
+		copy(c.blocks[i:], c.blocks[i+1:])
 	}
-	pb := &c.slab[0]
-	c.slab = c.slab[1:]
+	c.blocks[last] = nil // no stale pointer past the end
+	c.blocks = c.blocks[:last]
+	b.Uses = b.Uses[:0] // only r used it, in order
+	if c.slab == nil || c.used == slabSize {
+		c.slab, c.used = new([slabSize]PooledBuffer), 0
+	}
+	pb := &c.slab[c.used]
+	c.used++
 	*pb = PooledBuffer{pool: p, blk: b, size: size, q: r}
 	b.Requested, b.Owner = size, uint64(uintptr(unsafe.Pointer(pb))) // b.Queue is r already
 	c.d.hit(b, size)
 	p.flushIfDueLocked(r)
+	c.mu.Unlock()
 	return pb
 }
 
@@ -153,14 +160,15 @@ func (p *Pool) putCached(b *block, size int64, r *qstate) bool {
 	}
 	c := &r.c
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if !p.caching.Load() || len(c.blocks) == cacheBlocks || len(b.Uses) != 0 {
+		c.mu.Unlock()
 		return false // len(b.Uses): RecordQueue adds to it under c.mu
 	}
 	b.Uses = append(b.Uses, policy.Use{Queue: r.id, Seq: r.seq.Load()})
 	c.blocks = append(c.blocks, b)
 	c.d.put(b, size)
 	p.flushIfDueLocked(r)
+	c.mu.Unlock()
 	return true
 }
 

@@ -67,11 +67,16 @@ func (a *Arena[T]) publish() {
 
 // Round returns the bytes of the block that serves a request of size: a
 // multiple of the alignment, at least one unit.
-func (a *Arena[T]) Round(size int64) int64 {
-	if size <= a.align {
-		return a.align
+func (a *Arena[T]) Round(size int64) int64 { return Round(size, a.align) }
+
+// Round returns the size of an arena's block for a request of size, its
+// blocks aligned to align (a power of two): size rounded up to a multiple
+// of align, at least align.
+func Round(size, align int64) int64 {
+	if size <= align {
+		return align
 	}
-	return (size + a.align - 1) &^ (a.align - 1)
+	return (size + align - 1) &^ (align - 1)
 }
 
 // SetQuick lets up to n blocks of at most maxSize bytes given back wait

@@ -1,0 +1,22 @@
+package mempool
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// blockSizeOf, the queue caches' direct call, answers as the policy's
+// BlockSize does, for both policies, every leading-bit count and a spread
+// of sizes. It needs no OpenCL.
+func TestBlockSizeOfIsThePolicys(t *testing.T) {
+	for _, arena := range []bool{false, true} {
+		for lb := 0; lb <= MaxLeadingBits; lb++ {
+			p := &Pool{arena: arena, leadingBits: lb, align: 1024}
+			p.pol = p.newPlacement()
+			for size := int64(0); size < 1<<22; size = size*5/4 + 1 {
+				require.Equal(t, p.pol.BlockSize(size), p.blockSizeOf(size), "arena %v, lb %d, size %d", arena, lb, size)
+			}
+		}
+	}
+}
