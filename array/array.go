@@ -22,7 +22,9 @@ type Elem interface {
 // Allocate both pass as an array's allocator. An array closes a
 // *cl.Buffer with allocator.Free rather than its own Close, so that the
 // buffer goes back through the allocator.Budget or allocator.Counting
-// that handed it out.
+// that handed it out. A Block may instead be in shared virtual memory
+// (SVMBased), as the blocks of SVMAlloc and of a pool over SVM are; its
+// Buffer is then nil.
 type Block interface {
 	Buffer() *cl.Buffer
 	Close() error
@@ -61,7 +63,7 @@ var (
 type Array[T Elem] struct {
 	q      *cl.CommandQueue
 	n      int
-	off    int      // the index of element 0 in the storage's buffer
+	off    int      // the index of element 0 in the storage's block
 	store  *storage // nil when n == 0
 	alloc  Alloc
 	closed bool
@@ -71,8 +73,8 @@ type Array[T Elem] struct {
 // the allocator when the last of them is closed.
 type storage struct {
 	block Block
-	base  *cl.Buffer   // the buffer kernels get: the block's Base where it has one
-	start int          // the index of the block's first element in base
+	mem   memory       // what kernels get: the block's Base or SVM where it has one
+	start int          // the index of the block's first element in mem
 	refs  atomic.Int32 // the open arrays over it
 }
 
@@ -85,15 +87,31 @@ type Based interface {
 	Offset() int64
 }
 
-func newStorage[T Elem](b Block) *storage {
-	s := &storage{block: b}
-	if bb, ok := b.(Based); ok {
-		s.base, s.start = bb.Base(), int(bb.Offset()/elemSize[T]())
-	} else {
-		s.base = b.Buffer()
+// SVMBased is a Block in shared virtual memory (cl.SVM, OpenCL 2.0): its
+// bytes start at Offset in the SVM allocation. The blocks of SVMAlloc are
+// (at offset 0), and so are those of a pool over SVM, whose Buffer and
+// Base are nil. Arrays pass the SVM pointer and the offset to kernels, and
+// transfer with clEnqueueSVMMemcpy, so coarse-grain SVM needs no map. A
+// Block whose SVM is nil is taken as a buffer's (Based, or Buffer).
+type SVMBased interface {
+	SVM() *cl.SVM
+	Offset() int64
+}
+
+// newStorage returns the storage of a new array over b on q, or the error
+// of memory that cannot serve: none, of another context, or at an offset
+// that is not a whole number of elements.
+func newStorage[T Elem](b Block, q *cl.CommandQueue) (*storage, error) {
+	mem, off := memoryOf(b)
+	if err := mem.check(q); err != nil {
+		return nil, err
 	}
+	if off < 0 || off%elemSize[T]() != 0 {
+		return nil, fmt.Errorf("the allocator's block is at byte offset %d, not a multiple of the %d-byte %T elements", off, elemSize[T](), *new(T))
+	}
+	s := &storage{block: b, mem: mem, start: int(off / elemSize[T]())}
 	s.refs.Store(1)
-	return s
+	return s, nil
 }
 
 // adapt turns any allocator function into an Alloc; nil stays nil (the
@@ -170,8 +188,7 @@ func newArray[T Elem](op string, q *cl.CommandQueue, n int, alloc Alloc) (*Array
 	if err != nil {
 		return nil, fmt.Errorf("array: %s: allocating %d %T elements (%d bytes): %w", op, n, *new(T), size, err)
 	}
-	a.store = newStorage[T](b)
-	if err := checkMemory(a.store.base, q); err != nil {
+	if a.store, err = newStorage[T](b, q); err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("array: %s: %w", op, err)
 	}
@@ -216,19 +233,6 @@ func allocate(alloc Alloc, size int64, q *cl.CommandQueue) (Block, error) {
 		return nil, err
 	}
 	return b, nil
-}
-
-// checkMemory refuses a block that has no buffer, or whose buffer is of
-// another context than q (a default allocator set for one context, used on
-// a queue of another).
-func checkMemory(buf *cl.Buffer, q *cl.CommandQueue) error {
-	if buf == nil {
-		return errors.New("the allocator's block has no buffer")
-	}
-	if buf.Context() != q.Context() {
-		return fmt.Errorf("the allocator's memory is not in the queue's context: %w", ErrContextMismatch)
-	}
-	return nil
 }
 
 // queued is a Block that knows the queue it was allocated for and can
@@ -281,7 +285,7 @@ func Arange[T Elem, B Block](q *cl.CommandQueue, n int, start, step T, alloc fun
 	if err != nil || n == 0 {
 		return a, err
 	}
-	if err := run[T]("Arange", q, "arange", n, nil, a.buf(), a.offset(), start, step, int64(n)); err != nil {
+	if err := run[T]("Arange", q, "arange", n, nil, a.ptr(), start, step, int64(n)); err != nil {
 		a.Close()
 		return nil, err
 	}
@@ -294,7 +298,7 @@ func FromHost[T Elem, B Block](q *cl.CommandQueue, data []T, alloc func(int64) (
 	if err != nil || len(data) == 0 {
 		return a, err
 	}
-	if err := q.WriteBuffer(a.buf(), a.offset()*elemSize[T](), cl.Bytes(data)); err != nil {
+	if err := a.write(cl.Bytes(data)); err != nil {
 		a.Close()
 		return nil, fmt.Errorf("array: FromHost: %w", err)
 	}
@@ -327,19 +331,31 @@ func (a *Array[T]) Allocator() Alloc {
 	return a.alloc
 }
 
-// Buffer returns the device buffer (nil for an empty or closed array). The
-// array's elements are Len elements from Offset on; the buffer may be
-// longer (a pool's block, the segment an arena's block is part of, or the
-// memory of the array a view was sliced from).
+// Buffer returns the device buffer (nil for an empty or closed array, and
+// for one in SVM: see SVM). The array's elements are Len elements from
+// Offset on; the buffer may be longer (a pool's block, the segment an
+// arena's block is part of, or the memory of the array a view was sliced
+// from).
 func (a *Array[T]) Buffer() *cl.Buffer {
 	if a == nil || a.closed || a.store == nil {
 		return nil
 	}
-	return a.store.base
+	return a.store.mem.buf
 }
 
-// Offset returns the index in Buffer of the array's first element: 0 but
-// for views and arrays in an arena's block (see Based).
+// SVM returns the shared virtual memory the array is in: nil for an
+// empty or closed array, and for one in a buffer. As for Buffer, the
+// array's elements are Len elements from Offset on.
+func (a *Array[T]) SVM() *cl.SVM {
+	if a == nil || a.closed || a.store == nil {
+		return nil
+	}
+	return a.store.mem.svm
+}
+
+// Offset returns the index in Buffer (or SVM) of the array's first
+// element: 0 but for views and arrays in a block at an offset (see Based
+// and SVMBased).
 func (a *Array[T]) Offset() int {
 	switch {
 	case a == nil:
@@ -350,10 +366,18 @@ func (a *Array[T]) Offset() int {
 	return a.store.start + a.off
 }
 
-// buf and offset are a kernel's arguments for the array: its buffer, and
-// the index of its first element there.
-func (a *Array[T]) buf() *cl.Buffer { return a.store.base }
-func (a *Array[T]) offset() int64   { return int64(a.store.start + a.off) }
+// ptr is the array as kernels take it: its memory, and the index of its
+// first element there.
+func (a *Array[T]) ptr() ptr { return ptr{a.store.mem, int64(a.store.start + a.off)} }
+
+// read copies the array's elements into dst, which holds Len of them, and
+// write copies src, as many, into the array; both block.
+func (a *Array[T]) read(dst []byte) error {
+	return a.store.mem.read(a.q, a.ptr().index*elemSize[T](), dst)
+}
+func (a *Array[T]) write(src []byte) error {
+	return a.store.mem.write(a.q, a.ptr().index*elemSize[T](), src)
+}
 
 // Slice returns a view of the elements lo to hi-1, as a[lo:hi] is of a Go
 // slice: an array over the same memory, so that each sees what the other
@@ -390,7 +414,7 @@ func (a *Array[T]) get(op string) ([]T, error) {
 	if a.n == 0 {
 		return out, nil
 	}
-	if err := a.q.ReadBuffer(a.buf(), a.offset()*elemSize[T](), cl.Bytes(out)); err != nil {
+	if err := a.read(cl.Bytes(out)); err != nil {
 		return nil, fmt.Errorf("array: %s: %w", op, err)
 	}
 	return out, nil
@@ -405,13 +429,9 @@ func (a *Array[T]) Copy() (*Array[T], error) {
 	if err != nil || a.n == 0 {
 		return c, err
 	}
-	ev, err := a.q.EnqueueCopyBuffer(a.buf(), c.buf(), a.offset()*elemSize[T](), c.offset()*elemSize[T](), int64(a.n)*elemSize[T]())
-	if err == nil {
-		err = ev.Release()
-	}
-	if err != nil {
+	if err := copyElems[T]("Copy", a.q, c.ptr(), a.ptr(), a.n); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("array: Copy: %w", err)
+		return nil, err
 	}
 	return c, nil
 }

@@ -26,6 +26,37 @@
 // runs the Free of the allocator.Budget or allocator.Counting that handed
 // it out (a Budget then gets its bytes back, a Counting counts the free).
 //
+// # Shared virtual memory
+//
+// Arrays may live in shared virtual memory (cl.SVM, OpenCL 2.0) instead
+// of buffers. A raw SVM allocator (allocator.NewSVM, NewImmediateSVM, an
+// SVMBudget) is passed through SVMAlloc, which makes each allocation a
+// Block and frees it through the allocator at the array's last Close; the
+// Allocate of a pool over SVM (mempool.NewSVM) passes as it is:
+//
+//	svm, err := allocator.NewSVM(q.Context(), false)           // coarse grain
+//	x, err := array.Zeros[float32](q, n, array.SVMAlloc(svm))  // each array its own SVM
+//	y, err := array.Zeros[float32](q, n, svmPool.Allocate)     // or blocks of a pool's SVM
+//
+// Such a Block is SVMBased: its bytes start at Offset in an SVM. Every
+// call works on SVM arrays as on buffer arrays, coarse grain or fine,
+// views included, and one operation may mix arrays of both kinds (x in a
+// buffer, y in SVM); its result comes from the first operand's allocator,
+// as always. Kernels take the SVM pointer to the allocation's start where
+// they take a buffer, and the element index next to it, as for a view or
+// an arena's block: the same kernels serve both. Transfers to and from
+// the host are blocking clEnqueueSVMMemcpy calls with a host pointer
+// (cl.CommandQueue.ReadSVM and WriteSVM), so coarse-grain SVM needs no
+// map. Copy copies SVM to SVM with clEnqueueSVMMemcpy, and between a
+// buffer and SVM with a copy kernel, OpenCL having no command for it.
+// Buffer returns nil for an SVM array; SVM returns its allocation.
+//
+// clSVMFree, unlike the release of a buffer, does not wait for the
+// commands that use the memory, so the Close that frees a block of
+// SVMAlloc waits for the array's queue first (clFinish). SVM needs
+// devices that support it; elsewhere, as on Oclgrind (OpenCL 1.2),
+// allocator.NewSVM fails with cl.ErrSVMNotSupported.
+//
 // # The default allocator
 //
 // A constructor given no allocator, a nil one, uses the package's default,
@@ -106,6 +137,6 @@
 // Close gives an array's memory back (at the last Close of the array and
 // its views). Arrays over a pool that are dropped
 // without Close come back after garbage collection, as pooled buffers do;
-// arrays over a raw allocator, or the built-in default, free their
-// *cl.Buffer only in Close. An Array is for one goroutine at a time.
+// arrays over a raw allocator (SVMAlloc included), or the built-in
+// default, free their memory only in Close. An Array is for one goroutine at a time.
 package array

@@ -8,12 +8,13 @@ import (
 )
 
 // kernelSource is the OpenCL C of every operation, for one element type T.
-// Each array argument comes as a buffer and the index of the array's first
-// element in it (zo for z, and so on: views start past 0). Element-wise
-// kernels take z (the result) first and may be given z == x for an
-// in-place update. Reductions are two-stage: each work-group folds a
-// strided share of the input into out[group]; the same kernel then folds
-// those partial results in one group.
+// Each array argument comes as a buffer or an SVM pointer to the start of
+// its allocation, and the index of the array's first element there (zo
+// for z, and so on: views start past 0); run passes an array's ptr as the
+// two. Element-wise kernels take z (the result) first and may be given
+// z == x for an in-place update. Reductions are two-stage: each
+// work-group folds a strided share of the input into out[group]; the same
+// kernel then folds those partial results in one group.
 const kernelSource = `
 %s
 typedef %s T;
@@ -24,6 +25,10 @@ typedef %s T;
 kernel void fill(global T *z, long zo, T a, long n) {
 	long i = get_global_id(0);
 	if (i < n) z[zo + i] = a;
+}
+kernel void copy(global T *z, long zo, global const T *x, long xo, long n) {
+	long i = get_global_id(0);
+	if (i < n) z[zo + i] = x[xo + i];
 }
 kernel void arange(global T *z, long zo, T start, T step, long n) {
 	long i = get_global_id(0);
@@ -84,7 +89,7 @@ REDUCE(rmin, HIGHEST, x[i], MIN)
 `
 
 // kernelNames are the kernels of kernelSource.
-var kernelNames = []string{"fill", "arange", "add", "sub", "mul", "div_", "scale", "axpy", "tridiag", "rsum", "rdot", "rmax", "rmin"}
+var kernelNames = []string{"fill", "copy", "arange", "add", "sub", "mul", "div_", "scale", "axpy", "tridiag", "rsum", "rdot", "rmax", "rmin"}
 
 // clType describes an element type to the OpenCL compiler: its name, its
 // least and greatest values, the test for NaN of a value v (0 for
@@ -185,7 +190,8 @@ func ReleaseKernels(ctx *cl.Context) {
 
 // run sets the arguments of the kernel called name and enqueues it over n
 // work-items (global) in groups of local (nil: the runtime's choice), for
-// the exported call op, whose name its errors carry.
+// the exported call op, whose name its errors carry. An array is passed as
+// its ptr, which is two of the kernel's arguments.
 func run[T Elem](op string, q *cl.CommandQueue, name string, global int, local []int, args ...any) error {
 	ks, err := kernelsFor[T](q.Context())
 	if err != nil {
@@ -194,7 +200,7 @@ func run[T Elem](op string, q *cl.CommandQueue, name string, global int, local [
 	gk := ks.kernels[name]
 	gk.mu.Lock()
 	defer gk.mu.Unlock()
-	if err := gk.k.SetArgs(args...); err != nil {
+	if err := gk.k.SetArgs(kernelArgs(args)...); err != nil {
 		return fmt.Errorf("array: %s: kernel %s: %w", op, name, err)
 	}
 	if err := q.EnqueueKernel(gk.k, []int{global}, local); err != nil {

@@ -53,7 +53,7 @@ func (z *Array[T]) enqueueBinary(op, kernel string, x, y *Array[T]) error {
 	if z.n == 0 {
 		return nil
 	}
-	return run[T](op, z.q, kernel, z.n, nil, z.buf(), z.offset(), x.buf(), x.offset(), y.buf(), y.offset(), int64(z.n))
+	return run[T](op, z.q, kernel, z.n, nil, z.ptr(), x.ptr(), y.ptr(), int64(z.n))
 }
 
 // Scale returns a·x.
@@ -76,7 +76,7 @@ func (z *Array[T]) enqueueScale(op string, a T, x *Array[T]) error {
 	if z.n == 0 {
 		return nil
 	}
-	return run[T](op, z.q, "scale", z.n, nil, z.buf(), z.offset(), a, x.buf(), x.offset(), int64(z.n))
+	return run[T](op, z.q, "scale", z.n, nil, z.ptr(), a, x.ptr(), int64(z.n))
 }
 
 // Axpy returns a·x + y.
@@ -99,7 +99,7 @@ func (z *Array[T]) enqueueAxpy(op string, a T, x, y *Array[T]) error {
 	if z.n == 0 {
 		return nil
 	}
-	return run[T](op, z.q, "axpy", z.n, nil, z.buf(), z.offset(), a, x.buf(), x.offset(), y.buf(), y.offset(), int64(z.n))
+	return run[T](op, z.q, "axpy", z.n, nil, z.ptr(), a, x.ptr(), y.ptr(), int64(z.n))
 }
 
 // Tridiag returns the product of x with the tridiagonal matrix of constant
@@ -111,7 +111,7 @@ func Tridiag[T Elem](lower, diag, upper T, x *Array[T]) (*Array[T], error) {
 		return nil, err
 	}
 	return result("Tridiag", x, func(z *Array[T]) error {
-		return run[T]("Tridiag", z.q, "tridiag", z.n, nil, z.buf(), z.offset(), lower, diag, upper, x.buf(), x.offset(), int64(z.n))
+		return run[T]("Tridiag", z.q, "tridiag", z.n, nil, z.ptr(), lower, diag, upper, x.ptr(), int64(z.n))
 	})
 }
 
@@ -127,7 +127,7 @@ func (x *Array[T]) fill(op string, v T) error {
 	if x.n == 0 {
 		return nil
 	}
-	return run[T](op, x.q, "fill", x.n, nil, x.buf(), x.offset(), v, int64(x.n))
+	return run[T](op, x.q, "fill", x.n, nil, x.ptr(), v, int64(x.n))
 }
 
 // result makes op's result: a new array like x, from x's allocator, that
@@ -211,10 +211,10 @@ func reduce[T Elem](op, first, second string, x, y *Array[T]) (T, error) {
 	defer result.Close()
 	local := []int{reduceGroup}
 	scratch := localMem[T](reduceGroup)
-	if err := run[T](op, x.q, first, groups*reduceGroup, local, partial.buf(), partial.offset(), x.buf(), x.offset(), y.buf(), y.offset(), int64(x.n), scratch); err != nil {
+	if err := run[T](op, x.q, first, groups*reduceGroup, local, partial.ptr(), x.ptr(), y.ptr(), int64(x.n), scratch); err != nil {
 		return 0, err
 	}
-	if err := run[T](op, x.q, second, reduceGroup, local, result.buf(), result.offset(), partial.buf(), partial.offset(), partial.buf(), partial.offset(), int64(groups), scratch); err != nil {
+	if err := run[T](op, x.q, second, reduceGroup, local, result.ptr(), partial.ptr(), partial.ptr(), int64(groups), scratch); err != nil {
 		return 0, err
 	}
 	out, err := result.get(op)

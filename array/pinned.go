@@ -79,7 +79,7 @@ func (a *Array[T]) GetPinned(s *Staging, dst []T) error {
 	if err != nil || host == nil {
 		return err
 	}
-	err = a.q.ReadBuffer(a.buf(), a.offset()*elemSize[T](), host)
+	err = a.read(host)
 	if err == nil {
 		copy(cl.Bytes(dst), host)
 	}
@@ -97,7 +97,7 @@ func (a *Array[T]) SetPinned(s *Staging, src []T) error {
 		return err
 	}
 	copy(host, cl.Bytes(src))
-	err = a.q.WriteBuffer(a.buf(), a.offset()*elemSize[T](), host)
+	err = a.write(host)
 	return a.unstage("SetPinned", block, err)
 }
 
@@ -194,7 +194,7 @@ func (a *Array[T]) GetInto(dst []T) error {
 	if err := a.checkHost("GetInto", len(dst)); err != nil || a.n == 0 {
 		return err
 	}
-	if err := a.q.ReadBuffer(a.buf(), a.offset()*elemSize[T](), cl.Bytes(dst)); err != nil {
+	if err := a.read(cl.Bytes(dst)); err != nil {
 		return fmt.Errorf("array: GetInto: %w", err)
 	}
 	return nil
@@ -208,7 +208,7 @@ func (a *Array[T]) SetFrom(src []T) error {
 	if err := a.checkHost("SetFrom", len(src)); err != nil || a.n == 0 {
 		return err
 	}
-	if err := a.q.WriteBuffer(a.buf(), a.offset()*elemSize[T](), cl.Bytes(src)); err != nil {
+	if err := a.write(cl.Bytes(src)); err != nil {
 		return fmt.Errorf("array: SetFrom: %w", err)
 	}
 	return nil
