@@ -15,7 +15,7 @@ import (
 // real, separate memory: data written through Buffer reads back through
 // Base at Offset.
 func TestArenaSharesASegmentAndKeepsBlocksApart(t *testing.T) {
-	f := newFixture(t, nil, mempool.WithArena())
+	f := newFixture(t, nil, mempool.WithArena(), mempool.WithoutQueueCaches())
 	var bs []*mempool.PooledBuffer
 	for i := range 4 {
 		b, err := f.pool.Allocate(1000)

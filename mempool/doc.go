@@ -164,31 +164,29 @@
 //
 // # Many goroutines
 //
-// A Pool takes one lock per Allocate and per Close, so goroutines that
-// share a pool line up on it. Which layout is fastest depends on drop
-// safety (BENCHMARKS.md has the figures):
+// Each in-order queue keeps a small cache of its own: up to 16 small
+// blocks (1 MiB at most) given back on it wait there, and a request on the
+// queue for a block of exactly that size takes one back under the queue's
+// lock alone, without the pool's. So goroutines that each allocate on a
+// queue of their own (through Pool.On, or pool.Allocate over an allocator
+// of that queue) do not contend, and a hit costs less than the pool's
+// own path even on one queue. With drop safety, the hit sets its
+// buffer's finalizer, and Close clears it, under that queue's lock, which
+// lines up the finalizer calls of the goroutines on one queue (the
+// runtime's own lock for them costs far more contended).
 //
-//   - With drop safety, share one pool. Setting and clearing finalizers
-//     costs much more when goroutines contend for the runtime's own lock
-//     than when the pool's lock lines them up: a pool per goroutine is more
-//     than twice as slow per operation as one shared pool.
-//   - Without drop safety, give each goroutine a queue of its own and
-//     allocate through Pool.On (or pool.Allocate over an allocator of that
-//     queue). Each queue then keeps a small cache of its own: up to 16
-//     small blocks (1 MiB at most) given back on it wait there, and a
-//     request on the queue for a block of exactly that size takes one
-//     back under the queue's lock alone. The counters still see every
-//     operation in each queue's order (summed, and brought under the
-//     pool's lock every few dozen operations and before Stats; a peak
-//     across queues can be off by what one queue's cache moved since),
-//     and a request the
-//     pool cannot otherwise serve, FreeHeld and the out-of-memory ladder
-//     first give every cached block back to the pool, so memory is still
-//     reused across queues. Blocks in a cache count as held; in an arena
-//     they wait unmerged until then.
-//   - A pool per goroutine (over one allocator) shares nothing at all, but
-//     blocks held by one pool are invisible to the others, so a program
-//     holds more memory in all.
+// The counters still see every operation in each queue's order (summed,
+// and brought under the pool's lock every few dozen operations and before
+// Stats; a peak across queues can be off by what one queue's cache moved
+// since). A request the pool cannot otherwise serve, FreeHeld and the
+// out-of-memory ladder first give every cached block back to the pool, so
+// memory is still reused across queues. Blocks in a cache count as held;
+// in an arena they wait unmerged until then. A registered hook turns the
+// caches off while it is registered, so that it sees every block.
+//
+// A pool per goroutine (over one allocator) shares nothing at all, but
+// blocks held by one pool are invisible to the others, so a program holds
+// more memory in all. BENCHMARKS.md has the figures.
 //
 // # Misuse
 //

@@ -33,6 +33,7 @@ type Pool struct {
 	byFrac      bool    // the last limit option was WithLimitFraction
 	limitSet    bool    // WithLimit or WithLimitFraction was given
 	dropSafety  bool
+	noCaches    bool                         // queues cache no blocks (tests compare pools with and without)
 	hooks       atomic.Pointer[[]*hookEntry] // nil when none: the hot path checks only that
 	caching     atomic.Bool                  // queue caches take blocks (qcache.go)
 	cachesGone  atomic.Bool                  // caching is off for good and the caches are drained
@@ -92,7 +93,7 @@ func WithMaxSplitSize(n int64) Option { return func(p *Pool) { p.maxSplit = n } 
 // to the pool after garbage collection (the default, as in PyOpenCL). Each
 // allocation then carries a finalizer, which costs more than the rest of a
 // pool hit together. A program that Closes every buffer can turn it off:
-// a hit then costs about a third as much and allocates nothing (the pool
+// a hit then costs a fraction as much and allocates nothing (the pool
 // hands out PooledBuffers from slabs). The price: a buffer dropped without
 // Close is never given back, and its device memory leaks until the program
 // exits, as an unreleased cl.Buffer's would.
@@ -146,8 +147,8 @@ func newPool(call string, src source, opts []Option) (*Pool, error) {
 	}
 	p.align = arenaAlignment(ctx)
 	p.pol = p.newPlacement()
-	p.caching.Store(!p.dropSafety)
-	p.cachesGone.Store(p.dropSafety)
+	p.caching.Store(!p.noCaches)
+	p.cachesGone.Store(p.noCaches)
 	p.l.s = Stats{Policy: "bins", LeadingBits: p.leadingBits, MaxSplitSize: p.maxSplit, Limit: p.limit, Holding: true}
 	if p.arena {
 		p.l.s.Policy = "arena"
@@ -184,9 +185,10 @@ func (p *Pool) allocate(size int64, r *qstate) (*PooledBuffer, error) {
 		return nil, err
 	}
 	hooks := p.hooks.Load()
+	pb := p.newPooledBuffer()
 	if hooks == nil && r != nil {
-		if pb := p.allocateCached(size, r); pb != nil {
-			return pb, nil
+		if got := p.allocateCached(size, r, pb); got != nil {
+			return got, nil
 		}
 	}
 	if hooks != nil {
@@ -194,7 +196,6 @@ func (p *Pool) allocate(size int64, r *qstate) (*PooledBuffer, error) {
 			return nil, p.mallocFailed(hooks, size, err)
 		}
 	}
-	pb := p.newPooledBuffer()
 	p.lockReplayed(r)
 	for drained := false; ; drained = true {
 		if p.closed {
@@ -209,10 +210,13 @@ func (p *Pool) allocate(size int64, r *qstate) (*PooledBuffer, error) {
 			}
 			return p.wrap(hooks, pb, b, size, r)
 		}
-		if drained || p.pol.BlockSize(size) > cacheMaxBlock {
-			break // cached blocks are small: they cannot serve it
+		if drained {
+			break
 		}
-		// Blocks waiting in queue caches may serve the request.
+		// Blocks waiting in queue caches may serve the request or, given
+		// back to the policy, merge into a block that does, or leave
+		// segments wholly free for BeforeGrow to free before the pool
+		// grows.
 		p.mu.Unlock()
 		p.drainCaches()
 		p.lockReplayed(r)
@@ -529,7 +533,7 @@ func (p *Pool) give(pb *PooledBuffer, hooks hookList, record bool) error {
 		return ErrClosed // closed before the hook: a racing Close gets ErrClosed
 	}
 	b := pb.blk
-	if hooks == nil && record && p.putCached(b, size, pb.q) {
+	if hooks == nil && record && p.putCached(pb, b, size) {
 		return nil
 	}
 	p.lockReplayed(pb.q)

@@ -1,6 +1,7 @@
 package mempool
 
 import (
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -27,9 +28,11 @@ import (
 // into the policy, and so do FreeHeld and the out-of-memory ladder, so
 // cached memory is reused across queues and freed like any held block.
 //
-// The cache works only where a hit costs nothing else: without drop
-// safety (finalizers are cheaper under one lock, see handOutLocked), with
-// no hook registered, while the pool holds blocks.
+// The cache works where a hit costs nothing else: with no hook
+// registered, while the pool holds blocks. With drop safety, a hit sets
+// its buffer's finalizer and a Close clears it under the cache's lock,
+// which lines up the finalizers of the queue's goroutines as p.mu does
+// on the pool's own path (see handOutLocked).
 //
 // Lock order: a queue's c.mu, then p.mu; never the other way.
 
@@ -107,8 +110,12 @@ func (d *qdelta) put(b *block, size int64) {
 }
 
 // allocateCached serves a request of size on r from r's cache, or
-// returns nil. The caller checked that hooks are off.
-func (p *Pool) allocateCached(size int64, r *qstate) *PooledBuffer {
+// returns nil. pb is newPooledBuffer's: with drop safety, the buffer to
+// hand out, whose finalizer it sets under the cache's lock (which lines
+// up the finalizers of one queue's goroutines, as p.mu does elsewhere:
+// see handOutLocked); without, nil, and the cache carves one from its
+// slab. The caller checked that hooks are off.
+func (p *Pool) allocateCached(size int64, r *qstate, pb *PooledBuffer) *PooledBuffer {
 	if !p.caching.Load() || r.ooo {
 		return nil // checked again under the lock; this spares pools without caches the lock
 	}
@@ -138,11 +145,15 @@ func (p *Pool) allocateCached(size int64, r *qstate) *PooledBuffer {
 	c.blocks[last] = nil // no stale pointer past the end
 	c.blocks = c.blocks[:last]
 	b.Uses = b.Uses[:0] // only r used it, in order
-	if c.slab == nil || c.used == slabSize {
-		c.slab, c.used = new([slabSize]PooledBuffer), 0
+	if pb != nil {
+		runtime.SetFinalizer(pb, (*PooledBuffer).reclaim)
+	} else {
+		if c.slab == nil || c.used == slabSize {
+			c.slab, c.used = new([slabSize]PooledBuffer), 0
+		}
+		pb = &c.slab[c.used]
+		c.used++
 	}
-	pb := &c.slab[c.used]
-	c.used++
 	*pb = PooledBuffer{pool: p, blk: b, size: size, q: r}
 	b.Requested, b.Owner = size, uint64(uintptr(unsafe.Pointer(pb))) // b.Queue is r already
 	c.d.hit(b, size)
@@ -151,10 +162,12 @@ func (p *Pool) allocateCached(size int64, r *qstate) *PooledBuffer {
 	return pb
 }
 
-// putCached gives b, of a request of size, back into the cache of its
-// queue r, and reports whether it did. The caller marked the buffer
+// putCached gives b, the block of pb and of a request of size, back into
+// the cache of pb's queue, and reports whether it did; with drop safety,
+// it clears pb's finalizer under the cache's lock. The caller marked pb
 // closed and checked that hooks are off.
-func (p *Pool) putCached(b *block, size int64, r *qstate) bool {
+func (p *Pool) putCached(pb *PooledBuffer, b *block, size int64) bool {
+	r := pb.q
 	if r == nil || !p.caching.Load() || p.hooks.Load() != nil || r.ooo || !b.Seg.Small || b.Size > cacheMaxBlock || b.Seg.Oversize || b.Seg.Exact {
 		return false
 	}
@@ -163,6 +176,9 @@ func (p *Pool) putCached(b *block, size int64, r *qstate) bool {
 	if !p.caching.Load() || len(c.blocks) == cacheBlocks || len(b.Uses) != 0 {
 		c.mu.Unlock()
 		return false // len(b.Uses): RecordQueue adds to it under c.mu
+	}
+	if p.dropSafety {
+		runtime.SetFinalizer(pb, nil)
 	}
 	b.Uses = append(b.Uses, policy.Use{Queue: r.id, Seq: r.seq.Load()})
 	c.blocks = append(c.blocks, b)

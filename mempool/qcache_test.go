@@ -1,6 +1,7 @@
 package mempool_test
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -43,44 +44,53 @@ func queueStats(t *testing.T, s mempool.Stats, q *cl.CommandQueue) mempool.Queue
 
 // The queue caches change where held blocks wait, not what the pool
 // counts: a random sequence on one queue gives the same statistics, peaks
-// included, step by step, with them (no drop safety) and without.
+// included, step by step, with them (with drop safety and without) and
+// without them.
 func TestQueueCacheCountsLikeThePool(t *testing.T) {
-	for _, pol := range policies[:2] {
-		t.Run(pol.name, func(t *testing.T) {
-			plain := newFixture(t, nil, pol.opts...)
-			cached := newFixture(t, nil, append(pol.opts, mempool.WithDropSafety(false))...)
-			rng := rand.New(rand.NewPCG(1, 2))
-			var live [2][]*mempool.PooledBuffer
-			for step := range cltest.Size(plain.q, 300, 3000) {
-				if len(live[0]) > 0 && rng.IntN(2) == 0 {
-					i := rng.IntN(len(live[0]))
-					for k, f := range []*fixture{plain, cached} {
-						require.NoError(t, live[k][i].Close())
-						live[k] = append(live[k][:i], live[k][i+1:]...)
-						_ = f
-					}
-				} else {
-					size := int64(64 << rng.IntN(8))
-					for k, f := range []*fixture{plain, cached} {
-						b, err := f.pool.Allocate(size)
-						require.NoError(t, err)
-						live[k] = append(live[k], b)
-					}
+	for i, pol := range policies[:2] {
+		for _, drop := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/dropsafety=%v", pol.name, drop), func(t *testing.T) {
+				cachedOpts := []mempool.Option{mempool.WithDropSafety(drop)}
+				if i == 1 {
+					cachedOpts = append(cachedOpts, mempool.WithArena())
 				}
-				if step%7 == 0 {
-					require.Equal(t, statsOf(plain.pool), statsOf(cached.pool), "step %d", step)
-				}
-			}
-			for k := range live {
-				for _, b := range live[k] {
-					require.NoError(t, b.Close())
-				}
-			}
-			s := cached.pool.Stats()
-			assert.Positive(t, s.Queues[0].Cached, "blocks waited in the queue's cache")
-			assert.Equal(t, statsOf(plain.pool), statsOf(cached.pool))
-		})
+				queueCacheCountsLikeThePool(t, newFixture(t, nil, pol.opts...), newFixture(t, nil, cachedOpts...))
+			})
+		}
 	}
+}
+
+func queueCacheCountsLikeThePool(t *testing.T, plain, cached *fixture) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var live [2][]*mempool.PooledBuffer
+	for step := range cltest.Size(plain.q, 300, 3000) {
+		if len(live[0]) > 0 && rng.IntN(2) == 0 {
+			i := rng.IntN(len(live[0]))
+			for k, f := range []*fixture{plain, cached} {
+				require.NoError(t, live[k][i].Close())
+				live[k] = append(live[k][:i], live[k][i+1:]...)
+				_ = f
+			}
+		} else {
+			size := int64(64 << rng.IntN(8))
+			for k, f := range []*fixture{plain, cached} {
+				b, err := f.pool.Allocate(size)
+				require.NoError(t, err)
+				live[k] = append(live[k], b)
+			}
+		}
+		if step%7 == 0 {
+			require.Equal(t, statsOf(plain.pool), statsOf(cached.pool), "step %d", step)
+		}
+	}
+	for k := range live {
+		for _, b := range live[k] {
+			require.NoError(t, b.Close())
+		}
+	}
+	s := cached.pool.Stats()
+	assert.Positive(t, s.Queues[0].Cached, "blocks waited in the queue's cache")
+	assert.Equal(t, statsOf(plain.pool), statsOf(cached.pool))
 }
 
 // A block waiting in one queue's cache serves another queue (after a

@@ -18,9 +18,10 @@ var policies = []struct {
 	name string
 	opts []mempool.Option
 }{
-	{"bins", nil},
-	{"arena", []mempool.Option{mempool.WithArena()}},
-	// Without drop safety, blocks given back wait in their queue's cache.
+	{"bins", []mempool.Option{mempool.WithoutQueueCaches()}},
+	{"arena", []mempool.Option{mempool.WithArena(), mempool.WithoutQueueCaches()}},
+	// Blocks given back wait in their queue's cache (here without drop
+	// safety; the tests that use the default options cover it with).
 	{"bins/cached", []mempool.Option{mempool.WithDropSafety(false)}},
 	{"arena/cached", []mempool.Option{mempool.WithArena(), mempool.WithDropSafety(false)}},
 }

@@ -24,7 +24,7 @@ func (sites) History() []trace.Event {
 }
 
 func TestSnapshotOfAnArena(t *testing.T) {
-	f := newFixture(t, nil, mempool.WithArena())
+	f := newFixture(t, nil, mempool.WithArena(), mempool.WithoutQueueCaches())
 	a, err := f.pool.Allocate(1000)
 	require.NoError(t, err)
 	b, err := f.pool.On(f.q).Allocate(3000)
