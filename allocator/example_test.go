@@ -35,3 +35,34 @@ func ExampleNewImmediate() {
 	// true
 	// <nil>
 }
+
+// An ImmediateSVM allocator hands out shared virtual memory and makes an
+// out-of-memory show at allocation, as Immediate does for buffers; on a
+// device without SVM (OpenCL 1.2, such as Oclgrind), it says so up front.
+func ExampleNewImmediateSVM() {
+	q, err := cl.DefaultQueue()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer q.Release()
+
+	a, err := allocator.NewImmediateSVM(q, false) // coarse grain
+	if errors.Is(err, cl.ErrSVMNotSupported) {
+		fmt.Println("4096 false") // what a device with SVM prints
+		return
+	} else if err != nil {
+		fmt.Println(err)
+		return
+	}
+	s, err := a.Allocate(4096)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(s.Size(), s.FineGrain())
+	if err := a.Free(s); err != nil {
+		fmt.Println(err)
+	}
+	// Output: 4096 false
+}
