@@ -187,11 +187,14 @@ func (b *PooledBuffer) reclaim() {
 
 // collectDropped runs the garbage collector and waits (a bounded while) for
 // the finalizers it queued, so that dropped buffers are back in the pool
-// when it returns. The runtime runs finalizers on one goroutine, in batches;
-// a first marker's finalizer shows the batch holding this collection's
+// when it returns: in the policy itself, where the caller can reuse or
+// free them, since it then drains the queue caches the finalizers gave
+// them to. The runtime runs finalizers on one goroutine, in batches; a
+// first marker's finalizer shows the batch holding this collection's
 // finalizers has started, a second one, queued by a later collection, that
 // it has finished.
 func (p *Pool) collectDropped() {
+	defer p.drainCaches()
 	runtime.GC()
 	for range 2 {
 		done := make(chan struct{})

@@ -210,11 +210,11 @@ func (p *Pool) allocate(size int64, r *qstate) (*PooledBuffer, error) {
 			}
 			return p.wrap(hooks, pb, b, size, r)
 		}
-		if drained {
-			break
+		if drained || !p.arena && p.pol.BlockSize(size) > cacheMaxBlock {
+			break // cached blocks are small: no bin of theirs serves it
 		}
 		// Blocks waiting in queue caches may serve the request or, given
-		// back to the policy, merge into a block that does, or leave
+		// back to an arena, merge into a block that does, or leave
 		// segments wholly free for BeforeGrow to free before the pool
 		// grows.
 		p.mu.Unlock()
@@ -489,6 +489,7 @@ func isOutOfMemory(err error) bool {
 }
 
 func (p *Pool) outOfMemory(size, n int64, cause error) error {
+	p.replayAll() // the figures count what the queue caches did too
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.l.oomRefused()

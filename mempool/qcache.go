@@ -244,7 +244,7 @@ func (p *Pool) replayAll() {
 // blocks are never exact-size). It reports whether any block moved.
 func (p *Pool) drainCaches() (moved bool) {
 	if p.cachesGone.Load() {
-		return false // pools with drop safety never cache: nothing to lock
+		return false // caching is off for good and the caches are empty: nothing to lock
 	}
 	for _, qs := range p.queueList() {
 		qs.c.mu.Lock()

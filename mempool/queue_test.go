@@ -24,6 +24,8 @@ var policies = []struct {
 	// safety; the tests that use the default options cover it with).
 	{"bins/cached", []mempool.Option{mempool.WithDropSafety(false)}},
 	{"arena/cached", []mempool.Option{mempool.WithArena(), mempool.WithDropSafety(false)}},
+	// The default: drop safety, and blocks wait in their queue's cache.
+	{"bins/default", nil},
 }
 
 // allOnes returns n ones.
