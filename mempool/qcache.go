@@ -142,9 +142,8 @@ func (p *Pool) allocateCached(size int64, r *qstate, pb *PooledBuffer) *PooledBu
 	if i < last {
 		copy(c.blocks[i:], c.blocks[i+1:])
 	}
-	c.blocks[last] = nil // no stale pointer past the end
-	c.blocks = c.blocks[:last]
-	b.Uses = b.Uses[:0] // only r used it, in order
+	c.blocks[last] = nil       // no stale pointer past the end
+	c.blocks = c.blocks[:last] // b.Uses is empty: see putCached
 	if pb != nil {
 		runtime.SetFinalizer(pb, (*PooledBuffer).reclaim)
 	} else {
@@ -180,7 +179,8 @@ func (p *Pool) putCached(pb *PooledBuffer, b *block, size int64) bool {
 	if p.dropSafety {
 		runtime.SetFinalizer(pb, nil)
 	}
-	b.Uses = append(b.Uses, policy.Use{Queue: r.id, Seq: r.seq.Load()})
+	// b.Uses stays empty while b waits: only r may still use it, and r
+	// reuses it in order. drainCaches records r's use when b leaves.
 	c.blocks = append(c.blocks, b)
 	c.d.put(b, size)
 	p.flushIfDueLocked(r)
@@ -255,7 +255,12 @@ func (p *Pool) drainCaches() (moved bool) {
 		p.mu.Lock()
 		p.replayLocked(qs)
 		var gone []*segment
+		// Each block records r's use now, not at its Close: a marker
+		// started after now follows the Close too, so ordering stays
+		// right, at the price, at most, of a newer marker.
+		seq := qs.seq.Load()
 		for _, b := range qs.c.blocks {
+			b.Uses = append(b.Uses, policy.Use{Queue: qs.id, Seq: seq})
 			p.l.uncache(b, qs)
 			if s := p.pol.Put(b); s != nil {
 				gone = append(gone, s)
