@@ -46,6 +46,21 @@ func fillWait(t *testing.T, q *cl.CommandQueue, b *mempool.PooledBuffer, v int32
 	require.NoError(t, fill.Release())
 }
 
+// slowReadCorrupted reads the n results of cltest.SlowRead from out
+// through q and reports whether any differs from what iters reads of ones
+// give: whether a reuse overwrote the kernel's input while it ran.
+func slowReadCorrupted(t *testing.T, q *cl.CommandQueue, out *cl.Buffer, n, iters int) bool {
+	t.Helper()
+	got := make([]int32, n)
+	require.NoError(t, q.ReadBuffer(out, 0, cl.Bytes(got)))
+	for _, v := range got {
+		if v != int32(iters) {
+			return true
+		}
+	}
+	return false
+}
+
 // PyOpenCL #447: a buffer closed right after a slow kernel on queue A is
 // enqueued, then taken by queue B and overwritten there, must not change
 // what the kernel reads. Before queue-ordered reuse this corrupted 10 of
@@ -84,13 +99,8 @@ func TestCrossQueueReuseWaitsForTheKernel(t *testing.T) {
 				fillWait(t, qb, y, 7)
 				require.NoError(t, y.Close())
 
-				got := make([]int32, n)
-				require.NoError(t, qa.ReadBuffer(out, 0, cl.Bytes(got)))
-				for _, v := range got {
-					if v != int32(iters) {
-						corrupted++
-						break
-					}
+				if slowReadCorrupted(t, qa, out, n, iters) {
+					corrupted++
 				}
 			}
 			assert.Zero(t, corrupted, "results corrupted by a reuse on another queue, of %d", trials)
