@@ -363,17 +363,16 @@ func toT[T Float](xs []float64) []T {
 
 // result is what a simulation reports.
 type result struct {
-	Spawned, Left  int       // particles, over the run (the first population counts as spawned)
-	MinN, MaxN     int       // the fewest and most particles alive at a regroup
-	Final          []int     // each species' particles at the end
-	Energy         float64   // the total energy at the end
-	MaxDrift       float64   // the largest |E - E_expected| / E_expected at a check
-	Drifts         []float64 // (E - E_expected) / E_expected at each check, the last at the end
-	Z              []float64 // each species' mean z at the end
-	FinalPositions [][3][]float64
+	Spawned, Left  int            // particles, over the run (the first population counts as spawned)
+	MinN, MaxN     int            // the fewest and most particles alive at a regroup
+	Final          []int          // each species' particles at the end
+	Energy         float64        // the total energy at the end
+	MaxDrift       float64        // the largest |E - E_expected| / E_expected at a check
+	Drifts         []float64      // (E - E_expected) / E_expected at each check, the last at the end
+	FinalPositions [][3][]float64 // each species' positions at the end, when asked for
 }
 
-// simulate runs cfg's simulation with arrays of T from alloc. Every
+// simulate runs cfg's simulation with arrays of T from allocate. Every
 // cfg.every steps it regroups each species, then checks the energy: the
 // expected energy is the first population's, less what leaves and plus
 // what spawns, so the drift is the integrator's error on the particles
@@ -448,15 +447,6 @@ func simulate[T Float, B array.Block](q *cl.CommandQueue, cfg config, allocate f
 	}
 	for _, c := range clouds {
 		res.Final = append(res.Final, c.n)
-		var z float64
-		if c.n > 0 {
-			s, err := array.Sum(c.pos[2])
-			if err != nil {
-				return res, err
-			}
-			z = float64(s) / float64(c.n)
-		}
-		res.Z = append(res.Z, z)
 		if keep {
 			var p [3][]float64
 			for d := range 3 {
