@@ -249,3 +249,32 @@ func TestOutOfMemoryErrorSummary(t *testing.T) {
 	assert.Zero(t, oom.LargestHeldSize)
 	require.NoError(t, a.Close())
 }
+
+// In an arena, a block given back merges with its free neighbours: the
+// free_after event still names the block as it was handed out (its
+// segment's buffer, offset and size), not what it merged into.
+func TestArenaFreeEventsNameTheBlockGivenBack(t *testing.T) {
+	f := newFixture(t, nil, mempool.WithArena())
+	rec := &recorder{}
+	remove := f.pool.AddHook(rec)
+	defer remove()
+	var bs []*mempool.PooledBuffer
+	for range 8 {
+		b, err := f.pool.Allocate(1000)
+		require.NoError(t, err)
+		bs = append(bs, b)
+	}
+	rec.take()
+	for _, b := range bs {
+		base, off, size := b.Base(), b.Offset(), b.Size()
+		require.NoError(t, b.Close())
+		ev := rec.take()
+		require.Equal(t, []mempool.EventKind{mempool.FreeBefore, mempool.FreeAfter}, kinds(ev))
+		for _, e := range ev {
+			assert.Same(t, base, e.Buffer)
+			assert.Equal(t, off, e.Offset)
+			assert.Equal(t, size, e.Size)
+			assert.Equal(t, b.ID(), e.BlockID)
+		}
+	}
+}

@@ -545,10 +545,12 @@ func (p *Pool) give(pb *PooledBuffer, hooks hookList, record bool) error {
 		p.recordUsesLocked(b, pb.q)
 	}
 	var hookErr error
+	var after Event // read before Put: an arena may merge b away
 	if hooks != nil {
 		p.mu.Unlock()
 		hookErr = p.emit(hooks, pb.event(FreeBefore, b))
 		p.mu.Lock()
+		after = pb.event(FreeAfter, b)
 	}
 	p.l.deactivate(b, size)
 	s := p.pol.Put(b)
@@ -572,9 +574,8 @@ func (p *Pool) give(pb *PooledBuffer, hooks hookList, record bool) error {
 	p.mu.Unlock()
 	err := p.freeSegments(gone, stale)
 	if hooks != nil {
-		e := pb.event(FreeAfter, b)
-		e.Err = err
-		if herr := p.emit(hooks, e); hookErr == nil {
+		after.Err = err
+		if herr := p.emit(hooks, after); hookErr == nil {
 			hookErr = herr
 		}
 	}
