@@ -188,11 +188,23 @@ func ReleaseKernels(ctx *cl.Context) {
 	}
 }
 
-// run sets the arguments of the kernel called name and enqueues it over n
-// work-items (global) in groups of local (nil: the runtime's choice), for
-// the exported call op, whose name its errors carry. An array is passed as
-// its ptr, which is two of the kernel's arguments.
+// elementGroup is the work-group size of the element-wise kernels, as
+// reduceGroup is the reductions': fixed, so that a runtime that builds a
+// kernel for each work-group size it runs with (POCL specializes on it)
+// builds each kernel once, whatever the arrays' lengths. The kernels skip
+// the work-items past their length.
+const elementGroup = 64
+
+// run sets the arguments of the kernel called name and enqueues it over
+// global work-items in groups of local, for the exported call op, whose
+// name its errors carry; a nil local runs groups of elementGroup over
+// global rounded up to a multiple of it. An array is passed as its ptr,
+// which is two of the kernel's arguments.
 func run[T Elem](op string, q *cl.CommandQueue, name string, global int, local []int, args ...any) error {
+	if local == nil {
+		local = []int{elementGroup}
+		global = (global + elementGroup - 1) / elementGroup * elementGroup
+	}
 	ks, err := kernelsFor[T](q.Context())
 	if err != nil {
 		return fmt.Errorf("array: %s: %w", op, err)

@@ -19,11 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestMain(m *testing.M) {
-	genericWorkGroups()
-	os.Exit(m.Run())
-}
-
 // smallConfig is a run of a few seconds on Oclgrind: 40 requests of at
 // most 4096 elements (300 of at most 65,536 on POCL without -short).
 func smallConfig(q *cl.CommandQueue) config {

@@ -14,12 +14,6 @@
 // (memhooks.TraceRecorder) for `clpool replay` and `clpool viz`
 // (testdata/batches.tsv is such a trace); with -arena the pool is a
 // splitting arena.
-//
-// POCL compiles a kernel again for each work-group size it picks, and it
-// picks one from the length of the arrays: the thousand lengths of a run
-// cost minutes of compiling on a fresh kernel cache (~/.cache/pocl), so
-// the program sets POCL_WORK_GROUP_SPECIALIZATION=0 (one build of each
-// kernel) unless the environment sets it.
 package main
 
 import (
@@ -38,7 +32,6 @@ import (
 )
 
 func main() {
-	genericWorkGroups()
 	cfg := defaultConfig()
 	flag.IntVar(&cfg.requests, "requests", cfg.requests, "requests in all")
 	flag.IntVar(&cfg.maxBatch, "batch", cfg.maxBatch, "the most requests in a batch")
@@ -52,15 +45,6 @@ func main() {
 	if err := run(os.Stdout, cfg, *tracePath, *arena); err != nil {
 		fmt.Fprintln(os.Stderr, "batches:", err)
 		os.Exit(1)
-	}
-}
-
-// genericWorkGroups asks POCL for one build of each kernel, whatever the
-// work-group size, unless the environment says otherwise. It must run
-// before the first OpenCL call; other runtimes ignore the variable.
-func genericWorkGroups() {
-	if _, set := os.LookupEnv("POCL_WORK_GROUP_SPECIALIZATION"); !set {
-		os.Setenv("POCL_WORK_GROUP_SPECIALIZATION", "0")
 	}
 }
 

@@ -16,12 +16,6 @@
 // (memhooks.TraceRecorder) for `clpool replay` and `clpool viz`
 // (testdata/particles.tsv is such a trace); with -arena the pool is a
 // splitting arena.
-//
-// POCL compiles a kernel again for each work-group size it picks, and it
-// picks one from the length of the arrays: hundreds of lengths cost
-// minutes of compiling on a fresh kernel cache (~/.cache/pocl), so the
-// program sets POCL_WORK_GROUP_SPECIALIZATION=0 (one build of each kernel)
-// unless the environment sets it.
 package main
 
 import (
@@ -40,7 +34,6 @@ import (
 )
 
 func main() {
-	genericWorkGroups()
 	cfg := defaultConfig()
 	flag.Float64Var(&cfg.scale, "scale", cfg.scale, "multiply the number of particles by `s`")
 	flag.IntVar(&cfg.steps, "steps", cfg.steps, "leapfrog steps")
@@ -53,15 +46,6 @@ func main() {
 	if err := run(os.Stdout, cfg, *tracePath, *arena); err != nil {
 		fmt.Fprintln(os.Stderr, "particles:", err)
 		os.Exit(1)
-	}
-}
-
-// genericWorkGroups asks POCL for one build of each kernel, whatever the
-// work-group size, unless the environment says otherwise. It must run
-// before the first OpenCL call; other runtimes ignore the variable.
-func genericWorkGroups() {
-	if _, set := os.LookupEnv("POCL_WORK_GROUP_SPECIALIZATION"); !set {
-		os.Setenv("POCL_WORK_GROUP_SPECIALIZATION", "0")
 	}
 }
 

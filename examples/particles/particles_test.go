@@ -18,11 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestMain(m *testing.M) {
-	genericWorkGroups()
-	os.Exit(m.Run())
-}
-
 // smallConfig is a run of a few seconds on Oclgrind: a hundredth of the
 // particles (a tenth on POCL without -short), 40 steps, 4 regroups.
 func smallConfig(q *cl.CommandQueue) config {
