@@ -98,7 +98,7 @@ func TestArenaMaxSplitSize(t *testing.T) {
 	s := f.pool.Stats()
 	assert.Equal(t, int64(1), s.OversizeAllocations.Current)
 	assert.Equal(t, int64(1), s.OversizeSegments.Current)
-	assert.Equal(t, int64(6<<20), s.ManagedBytes, "rounded to 2 MiB")
+	assert.Equal(t, int64(5<<20), s.ManagedBytes, "a segment of its own, a multiple of 256 KiB")
 	require.NoError(t, big.Close())
 	again, err := f.pool.Allocate(5 << 20)
 	require.NoError(t, err)
@@ -120,25 +120,25 @@ func TestArenaOutOfMemoryAndLimit(t *testing.T) {
 		inj.Allocator = a
 		return inj
 	}, mempool.WithArena())
-	x, err := f.pool.Allocate(13 << 20) // the pool's high-water mark: 14 MiB
+	x, err := f.pool.Allocate(13 << 20) // the pool's high-water mark: 13 MiB
 	require.NoError(t, err)
 	require.NoError(t, x.Close())
 	f.pool.FreeHeld()
-	a, err := f.pool.Allocate(5 << 20) // a 6 MiB segment, kept when free
+	a, err := f.pool.Allocate(5 << 20) // a 5 MiB segment, kept when free
 	require.NoError(t, err)
 	require.NoError(t, a.Close())
 	inj.failNext(cl.ErrMemObjectAllocationFailure)
-	b, err := f.pool.Allocate(7 << 20) // 8 MiB more: the device refuses until a's segment goes
+	b, err := f.pool.Allocate(7 << 20) // 7 MiB more: the device refuses until a's segment goes
 	require.NoError(t, err)
 	s := f.pool.Stats()
 	assert.Equal(t, int64(2), s.DeviceFrees)
 	assert.Equal(t, int64(1), s.OOMRetries)
-	assert.Equal(t, int64(8<<20), s.ManagedBytes)
+	assert.Equal(t, int64(7<<20), s.ManagedBytes)
 	// A small request's segment halves after each refusal.
 	inj.failNext(cl.ErrMemObjectAllocationFailure, cl.ErrMemObjectAllocationFailure)
 	c, err := f.pool.Allocate(1)
 	require.NoError(t, err)
-	assert.Equal(t, int64(8<<20+512<<10), f.pool.Stats().ManagedBytes, "2 MiB refused, then 1 MiB: 512 KiB")
+	assert.Equal(t, int64(7<<20+512<<10), f.pool.Stats().ManagedBytes, "2 MiB refused, then 1 MiB: 512 KiB")
 	fails := make([]error, 32)
 	for i := range fails {
 		fails[i] = cl.ErrMemObjectAllocationFailure

@@ -22,9 +22,10 @@
 // WithArena replaces exact bins with a splitting arena, as CuPy's, torch's
 // and VMA's pools are. Segments are device buffers from the allocator: 2 MiB
 // for requests up to 1 MiB; for larger ones, 1/16 of what the pool already
-// holds (at least the request rounded to 2 MiB, at most 256 MiB; a request
-// over 128 MiB gets its own); after the device or the limit refuses one,
-// a smaller one, down to the request's own size. A request takes a good fit among the free
+// holds in multiples of 2 MiB, at most 256 MiB, or, where that is less than
+// the request, the request rounded to 256 KiB (a request over 128 MiB
+// always gets its own); after the device or the limit refuses one, a
+// smaller one, down to the request's own size. A request takes a good fit among the free
 // blocks (a two-level size-class index, the classes being the bins above)
 // and splits off the rest; a block given back merges with its free
 // neighbours. A few small blocks given back wait unmerged instead, for a

@@ -121,13 +121,13 @@ func TestWriteSummaryArena(t *testing.T) {
 	for _, want := range []string{
 		"|           policy: arena            |           leading bits: 4            |",
 		"|       max split size: 1 MiB        |             limit: none              |",
-		// The oversize block is its whole 4 MiB segment (3 MiB rounded
-		// up to 2 MiB); the small blocks are 1024 bytes each.
-		"| Allocated memory      |   4097 KiB |   4098 KiB |   4098 KiB |   1024 B   |\n" +
-			"|       from large pool |   4096 KiB |   4096 KiB |   4096 KiB |      0 B   |\n" +
+		// The oversize block is its whole 3 MiB segment (a multiple of
+		// 256 KiB already); the small blocks are 1024 bytes each.
+		"| Allocated memory      |   3073 KiB |   3074 KiB |   3074 KiB |   1024 B   |\n" +
+			"|       from large pool |   3072 KiB |   3072 KiB |   3072 KiB |      0 B   |\n" +
 			"|       from small pool |      1 KiB |      2 KiB |      2 KiB |   1024 B   |\n",
-		"| Reserved memory       |   6144 KiB |   6144 KiB |   6144 KiB |      0 B   |\n" +
-			"|       from large pool |   4096 KiB |   4096 KiB |   4096 KiB |      0 B   |\n" +
+		"| Reserved memory       |   5120 KiB |   5120 KiB |   5120 KiB |      0 B   |\n" +
+			"|       from large pool |   3072 KiB |   3072 KiB |   3072 KiB |      0 B   |\n" +
 			"|       from small pool |   2048 KiB |   2048 KiB |   2048 KiB |      0 B   |\n",
 		// 2 MiB less the 1024-byte block in use: 2096128 bytes. The rest
 		// of the segment was cut twice (freed: 1024 bytes), then a's block

@@ -119,9 +119,9 @@ func TestOversizeSegmentsAreNeverSplit(t *testing.T) {
 	p := policy.NewArenas[int](512, 4, 8<<20, policy.DefaultPreferredSegment)
 	assert.True(t, p.Oversize(9<<20))
 	assert.False(t, p.Oversize(8<<20))
-	n := p.SegmentSize(9 << 20)
-	assert.Equal(t, int64(10<<20), n, "rounded to 2 MiB")
-	b := p.Add(seg(n), 9<<20)
+	n := p.SegmentSize(9<<20 + 1)
+	assert.Equal(t, int64(9<<20+256<<10), n, "rounded to OwnUnit")
+	b := p.Add(seg(n), 9<<20+1)
 	assert.Equal(t, n, b.Size, "the whole segment, unsplit")
 	p.Put(b)
 	assert.Nil(t, p.Get(1<<20), "an ordinary request never takes an oversize block")
@@ -137,8 +137,9 @@ func TestSegmentSizes(t *testing.T) {
 	p := policy.NewArenas[int](512, 4, 0, 256<<20)
 	assert.Equal(t, int64(policy.SmallSegment), p.SegmentSize(1))
 	assert.Equal(t, int64(policy.SmallSegment), p.SegmentSize(1<<20))
-	assert.Equal(t, int64(4<<20), p.SegmentSize(3<<20+1), "a tiny program pays for its request only")
-	assert.Equal(t, int64(200<<20), p.SegmentSize(199<<20), "over half the preferred size: its own segment")
+	assert.Equal(t, int64(3<<20+256<<10), p.SegmentSize(3<<20+1), "a tiny program pays for its request only, to OwnUnit")
+	assert.Equal(t, int64(199<<20), p.SegmentSize(199<<20), "over half the preferred size: its own segment")
+	assert.Equal(t, int64(199<<20+256<<10), p.SegmentSize(199<<20+1))
 	// The pool grows: a segment is 1/16 of what it holds.
 	var bs []*policy.Block[int]
 	for range 32 {

@@ -7,7 +7,12 @@ import "fmt"
 const (
 	SmallRequest = 1 << 20 // requests up to this come from small segments
 	SmallSegment = 2 << 20 // the size of a small segment
-	LargeUnit    = 2 << 20 // large segments are multiples of this
+	LargeUnit    = 2 << 20 // large segments grown with the pool are multiples of this
+	// OwnUnit rounds a large segment made to the size of its request (a
+	// request larger than the pool's growth step, or oversize): finer
+	// than LargeUnit, since the tail past the request serves only what
+	// fits it, and a 2 MiB unit wasted up to a third of a 4-6 MiB array.
+	OwnUnit = 256 << 10
 	// OversizeSlack is how much larger than an oversize request a free
 	// oversize segment that serves it may be (torch's kLargeBuffer).
 	OversizeSlack = 20 << 20
@@ -26,7 +31,7 @@ const DefaultPreferredSegment = 256 << 20
 
 // GrowthDivisor sets how a large segment grows with the pool: it is
 // 1/GrowthDivisor of the bytes the pool already holds (between the request
-// rounded to LargeUnit and the preferred size), so that the unused tail of
+// rounded to OwnUnit and the preferred size), so that the unused tail of
 // the newest segment stays a small part of the whole. VMA's fixed steps
 // (1/8, 1/4, 1/2 of 256 MiB) manage more than twice the live peak of a
 // real trace; see BENCHMARKS.md.
@@ -106,16 +111,16 @@ func (p *Arenas[T]) GetOn(size int64, q int32) *Block[T] {
 
 // SegmentSize returns the bytes of a new segment for a request of size.
 // A small request gets a SmallSegment. A large one gets 1/GrowthDivisor of
-// what the pool holds, at least the request rounded to LargeUnit and at
-// most the preferred size, halved once per out-of-memory met (Smaller); a
-// request over half the preferred size, or oversize, gets a segment of its
-// own, rounded to LargeUnit.
+// what the pool holds rounded to LargeUnit, at most the preferred size,
+// halved once per out-of-memory met (Smaller), and at least the request
+// rounded to OwnUnit; a request over half the preferred size, or
+// oversize, gets a segment of its own, rounded to OwnUnit.
 func (p *Arenas[T]) SegmentSize(size int64) int64 {
 	n := p.Round(size)
 	if n <= SmallRequest {
 		return SmallSegment
 	}
-	own := roundUp(n, LargeUnit)
+	own := roundUp(n, OwnUnit)
 	if p.Oversize(size) || n > p.preferred/2 {
 		return own
 	}
@@ -142,7 +147,7 @@ func (p *Arenas[T]) Smaller(size, n int64) int64 {
 		}
 		return max(p.Round(n/2), r)
 	}
-	own := roundUp(p.Round(size), LargeUnit)
+	own := roundUp(p.Round(size), OwnUnit)
 	if n <= own {
 		return 0
 	}

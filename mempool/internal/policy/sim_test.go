@@ -150,6 +150,9 @@ func (t torchLike) NewSegment(size int64) *policy.Segment[int] {
 	return s
 }
 
+// torchLargeUnit is torch's rounding of large segments (kRoundLarge).
+const torchLargeUnit = 2 << 20
+
 func (t torchLike) segmentSize(size int64) int64 {
 	n := t.Round(size)
 	switch {
@@ -158,7 +161,7 @@ func (t torchLike) segmentSize(size int64) int64 {
 	case n < 10<<20:
 		return 20 << 20
 	}
-	return (n + policy.LargeUnit - 1) / policy.LargeUnit * policy.LargeUnit
+	return (n + torchLargeUnit - 1) / torchLargeUnit * torchLargeUnit
 }
 
 func (t torchLike) BeforeGrow(int64) []*policy.Segment[int] {
@@ -177,6 +180,8 @@ func TestArenaHoldsCloseToTheLivePeak(t *testing.T) {
 	traces := synthetic()
 	traces["cg"] = readTrace(t, "cg.tsv")
 	traces["mlp"] = readTrace(t, "mlp.tsv")
+	traces["particles"] = readTrace(t, "particles.tsv")
+	traces["batches"] = readTrace(t, "batches.tsv")
 	for name, ev := range traces {
 		t.Run(name, func(t *testing.T) {
 			bins := simulate(t, ev, policy.NewBins[int](4))
