@@ -25,6 +25,7 @@ type Pool struct {
 	src         source     // the allocator, of buffers or of SVM
 	device      *cl.Device // for hooks and errors; nil if the allocator does not say
 	maxAlloc    int64      // the device's largest buffer; 0 if unknown
+	sizeCap     int64      // the largest request: maxAlloc, or maxRequest if unknown
 	leadingBits int
 	arena       bool    // WithArena
 	maxSplit    int64   // WithMaxSplitSize; 0: none
@@ -142,6 +143,10 @@ func newPool(call string, src source, opts []Option) (*Pool, error) {
 	// least of their largest buffers, the largest of their alignments.
 	ctx := contextOf(src.outer())
 	p.maxAlloc = ctx.MaxMemAllocSize()
+	p.sizeCap = maxRequest
+	if p.maxAlloc > 0 {
+		p.sizeCap = min(p.maxAlloc, maxRequest)
+	}
 	if err := p.resolveLimit(); err != nil {
 		return nil, err
 	}
@@ -241,6 +246,14 @@ func (p *Pool) allocate(size int64, r *qstate) (*PooledBuffer, error) {
 // overflow), which no amount of freeing could serve. The latter is an
 // *OutOfMemoryError, as torch and CuPy raise theirs there.
 func (p *Pool) checkSize(size int64) error {
+	if uint64(size) <= uint64(p.sizeCap) { // a negative size wraps past any cap
+		return nil
+	}
+	return p.sizeError(size)
+}
+
+// sizeError is checkSize's error for a size past p.sizeCap.
+func (p *Pool) sizeError(size int64) error {
 	switch {
 	case size < 0:
 		return fmt.Errorf("mempool: Allocate(%d): negative size: %w", size, cl.ErrInvalidBufferSize)

@@ -52,7 +52,9 @@ type qcache struct {
 	d      qdelta                  // operations not yet in the ledger
 	slab   *[slabSize]PooledBuffer // handed out from slab[used:], each once
 	used   int
-	_      [64]byte
+
+	lastSize, lastN int64 // the last request's size and its block size
+	_               [64]byte
 }
 
 // qdelta sums a queue cache's operations for the ledger (ledger.flush).
@@ -119,13 +121,23 @@ func (p *Pool) allocateCached(size int64, r *qstate, pb *PooledBuffer) *PooledBu
 	if !p.caching.Load() || r.ooo {
 		return nil // checked again under the lock; this spares pools without caches the lock
 	}
-	n := p.blockSizeOf(size)
-	if n > cacheMaxBlock {
-		return nil
+	if size > cacheMaxBlock {
+		return nil // its block is larger still
 	}
 	c := &r.c
 	c.mu.Lock()
 	if !p.caching.Load() {
+		c.mu.Unlock()
+		return nil
+	}
+	// A queue asks for the same sizes over and over: the last one's
+	// block size is kept.
+	n := c.lastN
+	if size != c.lastSize || n == 0 { // 0: none yet
+		n = p.blockSizeOf(size)
+		c.lastSize, c.lastN = size, n
+	}
+	if n > cacheMaxBlock {
 		c.mu.Unlock()
 		return nil
 	}
@@ -189,13 +201,19 @@ func (p *Pool) putCached(pb *PooledBuffer, b *block, size int64) bool {
 }
 
 // flushIfDueLocked brings r's cache's sums into the ledger once they
-// cover flushOps operations. r.c.mu must be held.
+// cover flushOps operations. r.c.mu must be held. It is small enough to
+// be inlined, so that the hot path pays a comparison, not a call.
 func (p *Pool) flushIfDueLocked(r *qstate) {
 	if r.c.d.ops >= flushOps {
-		p.mu.Lock()
-		p.replayLocked(r)
-		p.mu.Unlock()
+		p.flushLocked(r)
 	}
+}
+
+// flushLocked is flushIfDueLocked's work.
+func (p *Pool) flushLocked(r *qstate) {
+	p.mu.Lock()
+	p.replayLocked(r)
+	p.mu.Unlock()
 }
 
 // replayLocked brings r's cache's sums into the ledger. r.c.mu and p.mu
