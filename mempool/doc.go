@@ -96,6 +96,10 @@
 // The host reaches a coarse-grain block through cl.CommandQueue.EnqueueSVMMap
 // of its range, a fine-grain one directly (b.SVM().Bytes()[b.Offset():]).
 // NewSVMSet keeps an SVM pool per context, as NewSet does for buffers.
+// clSVMFree, unlike clReleaseMemObject, does not wait for the commands
+// that use the memory: before it frees SVM (FreeHeld, StopHolding, Close,
+// the out-of-memory ladder), the pool waits on the host for the queues
+// whose commands may still use it.
 //
 // # Lifecycle
 //

@@ -634,6 +634,13 @@ func (p *Pool) freeSegments(segs []*segment, stale []mem) error {
 	}
 	var errs []error
 	for _, s := range segs {
+		if s.Data.svm != nil {
+			// clSVMFree frees at once, where clReleaseMemObject waits
+			// for the commands that use the buffer.
+			if err := p.waitForUses(s); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		err := p.freeSegment(s.Data)
 		p.mu.Lock()
 		p.l.deviceFreed(err)
@@ -643,6 +650,28 @@ func (p *Pool) freeSegments(segs []*segment, stale []mem) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// waitForUses waits on the host for the commands that may still use
+// seg's memory: those enqueued before its blocks were given back, on the
+// queues their uses record (see recordUsesLocked; a merged block has the
+// uses of its parts). seg is out of the pool: nothing else reads it.
+func (p *Pool) waitForUses(seg *segment) error {
+	var uses []policy.Use
+	for b := range seg.Blocks() {
+		uses = append(uses, b.Uses...)
+	}
+	if len(uses) == 0 {
+		return nil
+	}
+	fs, err := p.order(uses, nil)
+	p.mu.Lock()
+	p.l.handedOver(nil, fs)
+	p.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("mempool: waiting for the commands that use SVM before freeing it: %w", err)
+	}
+	return nil
 }
 
 // FreeHeld frees every wholly free segment: with exact bins, every held

@@ -225,6 +225,9 @@ func TestSVMPoolCrossQueueReuseWaitsForTheKernel(t *testing.T) {
 			}
 			assert.Zero(t, corrupted, "results corrupted by a reuse on another queue, of %d", trials)
 			assert.Equal(t, int64(trials), f.pool.Stats().Queues[1].Handovers)
+			// Freeing SVM waits for the queues that used it: qb must still
+			// be there (the test's cleanup releases it before the pool's).
+			require.NoError(t, f.pool.FreeHeld())
 		})
 	}
 }
@@ -357,4 +360,55 @@ func TestSVMSetWithoutSVM(t *testing.T) {
 	defer set.Close()
 	_, err := set.On(q).Allocate(100)
 	assert.ErrorIs(t, err, cl.ErrSVMNotSupported)
+}
+
+// clSVMFree, unlike clReleaseMemObject, does not wait for the commands
+// that use the memory. A block closed right after a slow kernel that reads
+// it is legal; a FreeHeld right after must not free its SVM under the
+// kernel: the pool waits for the queues that may still use the segment
+// first. Without the wait, the memory goes back to the runtime and is
+// written by whoever gets it next while the kernel reads.
+func TestSVMPoolFreeWaitsForTheCommands(t *testing.T) {
+	for _, pol := range policies[:2] {
+		t.Run(pol.name, func(t *testing.T) {
+			f := newSVMFixture(t, false, nil, pol.opts...)
+			q := f.q
+			k := cltest.SlowReadKernel(t, q)
+			n, iters, trials := 1<<14, cltest.Size(q, 100, 20000), cltest.Size(q, 2, 6)
+			out, err := q.Context().CreateBuffer(cl.MemReadWrite, int64(4*n))
+			require.NoError(t, err)
+			defer out.Release()
+			raw, err := allocator.NewSVM(q.Context(), false)
+			require.NoError(t, err)
+			q2 := cltest.SecondQueue(t, q, 0)
+			corrupted := 0
+			for range trials {
+				x, err := f.pool.On(q).Allocate(int64(4 * n))
+				require.NoError(t, err)
+				ev, err := q.EnqueueSVMMemFill(x.SVM(), cl.Bytes([]int32{1}), x.Offset(), x.Size())
+				require.NoError(t, err)
+				require.NoError(t, ev.Release())
+				require.NoError(t, k.SetArgSVMPointer(0, x.SVM(), x.Offset()))
+				require.NoError(t, k.SetArg(1, out))
+				require.NoError(t, k.SetArg(2, int32(iters)))
+				require.NoError(t, q.EnqueueKernel(k, []int{n}, nil))
+				require.NoError(t, q.Flush())
+				require.NoError(t, x.Close())         // legal right after the enqueue
+				require.NoError(t, f.pool.FreeHeld()) // frees the segment
+
+				// Whoever gets the memory next writes it at once.
+				y, err := raw.Allocate(int64(4 * n))
+				require.NoError(t, err)
+				fill, err := q2.EnqueueSVMMemFill(y, cl.Bytes([]int32{7}), 0, int64(4*n))
+				require.NoError(t, err)
+				require.NoError(t, fill.Wait())
+				require.NoError(t, fill.Release())
+				if slowReadCorrupted(t, q, out, n, iters) {
+					corrupted++
+				}
+				require.NoError(t, raw.Free(y))
+			}
+			assert.Zero(t, corrupted, "results corrupted after FreeHeld freed SVM in use, of %d", trials)
+		})
+	}
 }
