@@ -99,7 +99,9 @@
 // clSVMFree, unlike clReleaseMemObject, does not wait for the commands
 // that use the memory: before it frees SVM (FreeHeld, StopHolding, Close,
 // the out-of-memory ladder), the pool waits on the host for the queues
-// whose commands may still use it.
+// whose commands may still use it. It knows those queues only for blocks
+// allocated on one (Pool.On, or an allocator.ImmediateSVM's queue): over
+// a plain allocator.SVM, Close a block only once its commands completed.
 //
 // # Lifecycle
 //
