@@ -32,16 +32,20 @@ type SVM struct {
 // if fine, else coarse-grain. A context whose devices do not all support
 // that returns an error matching cl.ErrSVMNotSupported; a nil context one
 // matching cl.ErrInvalidContext.
-func NewSVM(ctx *cl.Context, fine bool) (*SVM, error) {
+func NewSVM(ctx *cl.Context, fine bool) (*SVM, error) { return newSVM("NewSVM", ctx, fine) }
+
+// newSVM is NewSVM for the constructor called call, whose name its errors
+// carry.
+func newSVM(call string, ctx *cl.Context, fine bool) (*SVM, error) {
 	if ctx == nil {
-		return nil, fmt.Errorf("allocator: NewSVM: nil context: %w", cl.ErrInvalidContext)
+		return nil, fmt.Errorf("allocator: %s: nil context: %w", call, cl.ErrInvalidContext)
 	}
 	flags, need := cl.SVMReadWrite, cl.SVMCoarseGrainBuffer
 	if fine {
 		flags, need = flags|cl.SVMFineGrain, need|cl.SVMFineGrainBuffer
 	}
 	if have := ctx.SVMCapabilities(); have&need != need {
-		return nil, fmt.Errorf("allocator: NewSVM: %w: it needs %v, the context's devices support %v", cl.ErrSVMNotSupported, need, have)
+		return nil, fmt.Errorf("allocator: %s: %w: it needs %v, the context's devices support %v", call, cl.ErrSVMNotSupported, need, have)
 	}
 	return &SVM{ctx: ctx, flags: flags}, nil
 }
@@ -103,7 +107,7 @@ func NewImmediateSVM(q *cl.CommandQueue, fine bool) (*ImmediateSVM, error) {
 	if q == nil {
 		return nil, fmt.Errorf("allocator: NewImmediateSVM: nil queue: %w", cl.ErrInvalidCommandQueue)
 	}
-	a, err := NewSVM(q.Context(), fine)
+	a, err := newSVM("NewImmediateSVM", q.Context(), fine)
 	if err != nil {
 		return nil, err
 	}

@@ -142,14 +142,14 @@ type rawBlock struct{ buf *cl.Buffer }
 func (r rawBlock) Buffer() *cl.Buffer { return r.buf }
 func (r rawBlock) Close() error       { return allocator.Free(r.buf) }
 
-// isNil reports whether b is nil, or a nil pointer (a raw allocator's nil
-// *cl.Buffer) in a Block.
-func isNil(b Block) bool {
-	if b == nil {
+// isNil reports whether v (a Block, an allocator) is nil, or a nil
+// pointer in the interface (a raw allocator's nil *cl.Buffer in a Block).
+func isNil(v any) bool {
+	if v == nil {
 		return true
 	}
-	v := reflect.ValueOf(b)
-	return v.Kind() == reflect.Pointer && v.IsNil()
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
 func elemSize[T Elem]() int64 {

@@ -30,10 +30,10 @@ import (
 //
 // The name is of what it returns, an Alloc over SVM, as
 // cl.Context.SVMAlloc's is of clSVMAlloc. A nil a is an error at the
-// first allocation.
+// first allocation, as is a nil pointer of an allocator type.
 func SVMAlloc(a allocator.SVMAllocator) Alloc {
 	return func(size int64) (Block, error) {
-		if a == nil {
+		if isNil(a) { // nil, or a nil pointer in the interface
 			return nil, errors.New("SVMAlloc: nil allocator.SVMAllocator")
 		}
 		s, err := a.Allocate(size)

@@ -141,7 +141,8 @@ func (b *PooledBuffer) SVM() *cl.SVM {
 }
 
 // Offset returns where the block starts in Base (or SVM), in bytes: a
-// multiple of the device's base-address alignment; 0 after Close.
+// multiple of the base-address alignment of the context's devices; 0
+// after Close.
 func (b *PooledBuffer) Offset() int64 {
 	if b.closedMark() < 0 {
 		return 0

@@ -62,8 +62,9 @@
 // marker on each queue that may still use it, enqueued then (not at
 // Close) and shared by every block given back there before it, and a
 // barrier on the marker in the asking queue. A marker seen complete needs
-// no barrier; the pool never waits on the host for a queue, never calls
-// clFinish. Requests prefer a block that only their queue may still use.
+// no barrier; the pool never waits on the host for a queue to hand a
+// block over (only before it frees SVM, below), never calls clFinish.
+// Requests prefer a block that only their queue may still use.
 // pool.Allocate allocates on the allocator's queue (allocator.Immediate's);
 // over an allocator without a queue, a block last used on a queue waits on
 // the host for that queue's marker, and other ordering is the caller's.
@@ -93,15 +94,25 @@
 //	b, _ := pool.Allocate(n)
 //	k.SetArgSVMPointer(0, b.SVM(), b.Offset())
 //
-// The host reaches a coarse-grain block through cl.CommandQueue.EnqueueSVMMap
-// of its range, a fine-grain one directly (b.SVM().Bytes()[b.Offset():]).
+// The host reaches a block through a blocking cl.CommandQueue.EnqueueSVMMap
+// of its range (or ReadSVM and WriteSVM), which its queue orders after the
+// commands enqueued before: a block reused on one queue may still be read
+// by a kernel enqueued before its last Close. A fine-grain block's bytes
+// (b.SVM().Bytes()[b.Offset():]) are the host's without a map only once
+// those commands have completed. The blocks of one arena segment share its
+// SVM, and one map at a time may cover an SVM: map one block, unmap it,
+// then the next (or use exact bins, whose blocks are SVMs of their own).
 // NewSVMSet keeps an SVM pool per context, as NewSet does for buffers.
 // clSVMFree, unlike clReleaseMemObject, does not wait for the commands
 // that use the memory: before it frees SVM (FreeHeld, StopHolding, Close,
-// the out-of-memory ladder), the pool waits on the host for the queues
-// whose commands may still use it. It knows those queues only for blocks
-// allocated on one (Pool.On, or an allocator.ImmediateSVM's queue): over
-// a plain allocator.SVM, Close a block only once its commands completed.
+// the out-of-memory ladder, or a Close after StopHolding), the pool waits
+// on the host for the queues whose commands may still use it; those
+// queues must outlive the last Close of a block used on them. SVM whose
+// queue cannot be waited for is left allocated (leaked), and the call that
+// would have freed it returns the error. The pool knows those queues only
+// for blocks allocated on one (Pool.On, or an allocator.ImmediateSVM's
+// queue): over a plain allocator.SVM, Close a block only once its commands
+// have completed.
 //
 // # Lifecycle
 //

@@ -1,6 +1,8 @@
 package mempool
 
 import (
+	"reflect"
+
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
 )
@@ -99,4 +101,14 @@ func deviceOf(a any) *cl.Device {
 		return ds[0]
 	}
 	return nil
+}
+
+// isNil reports whether allocator a is nil, or a nil pointer in an
+// interface (a typed nil), whose methods would panic.
+func isNil(a any) bool {
+	if a == nil {
+		return true
+	}
+	v := reflect.ValueOf(a)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }

@@ -125,6 +125,9 @@ func NewSVM(a allocator.SVMAllocator, opts ...Option) (*Pool, error) {
 
 // newPool is New and NewSVM, for the constructor called call.
 func newPool(call string, src source, opts []Option) (*Pool, error) {
+	if isNil(src.outer()) {
+		return nil, fmt.Errorf("mempool: %s: nil allocator", call)
+	}
 	p := &Pool{src: src, device: deviceOf(src.outer()), leadingBits: 4, dropSafety: true, holding: true}
 	for _, o := range opts {
 		o(p)
@@ -636,9 +639,11 @@ func (p *Pool) freeSegments(segs []*segment, stale []mem) error {
 	for _, s := range segs {
 		if s.Data.svm != nil {
 			// clSVMFree frees at once, where clReleaseMemObject waits
-			// for the commands that use the buffer.
+			// for the commands that use the buffer. Memory that may be
+			// in use is better leaked than freed.
 			if err := p.waitForUses(s); err != nil {
 				errs = append(errs, err)
+				continue
 			}
 		}
 		err := p.freeSegment(s.Data)
@@ -669,7 +674,7 @@ func (p *Pool) waitForUses(seg *segment) error {
 	p.l.handedOver(nil, fs)
 	p.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("mempool: waiting for the commands that use SVM before freeing it: %w", err)
+		return fmt.Errorf("%w; the %d-byte SVM that they may still use is left allocated (leaked), not freed under them", err, seg.Size)
 	}
 	return nil
 }

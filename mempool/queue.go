@@ -194,13 +194,13 @@ func (qs *qstate) fence(seq uint64, r *qstate) (ready bool, marked int64, err er
 		n := qs.seq.Add(1) // before the enqueue: see seq
 		m, err := qs.q.EnqueueMarker()
 		if err != nil {
-			return false, 0, fmt.Errorf("mempool: ordering a handover: %w", err)
+			return false, 0, fmt.Errorf("mempool: ordering after the commands that may use a block: %w", err)
 		}
 		// Commands of other queues may wait on the marker only once
 		// its queue has been flushed.
 		if err := qs.q.Flush(); err != nil {
 			_ = m.Release()
-			return false, 0, fmt.Errorf("mempool: ordering a handover: %w", err)
+			return false, 0, fmt.Errorf("mempool: ordering after the commands that may use a block: %w", err)
 		}
 		if qs.marker != nil {
 			_ = qs.marker.Release()
@@ -219,7 +219,7 @@ func (qs *qstate) fence(seq uint64, r *qstate) (ready bool, marked int64, err er
 		err = r.q.EnqueueBarrier(qs.marker)
 	}
 	if err != nil {
-		return false, marked, fmt.Errorf("mempool: ordering a handover: %w", err)
+		return false, marked, fmt.Errorf("mempool: ordering after the commands that may use a block: %w", err)
 	}
 	return false, marked, nil
 }

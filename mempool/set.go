@@ -151,8 +151,11 @@ func (s *Set) poolOf(call string, q *cl.CommandQueue) (*Pool, error) {
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("mempool: Set.%s: making the allocator of %v's pool: %w", call, q.Device(), err)
-	case src == nil:
+	case src == nil || isNil(src.outer()):
 		return nil, fmt.Errorf("mempool: Set.%s: the allocator made for %v is nil", call, q.Device())
+	}
+	if ac := contextOf(src.outer()); ac != nil && ac != ctx {
+		return nil, fmt.Errorf("mempool: Set.%s: the allocator made for %v allocates in another context: %w", call, q.Device(), ErrQueueMismatch)
 	}
 	if aq := queueOf(src.outer()); aq != nil && aq.Context() != ctx {
 		return nil, fmt.Errorf("mempool: Set.%s: the allocator made for %v allocates in another context: %w", call, q.Device(), ErrQueueMismatch)
