@@ -206,3 +206,29 @@ func TestFreeOfAnotherContextsMemory(t *testing.T) {
 	assert.False(t, s.Freed())
 	require.NoError(t, theirsSVM.Free(s))
 }
+
+// ContextOf and QueueOf find an allocator's context and queue through
+// wrappers of buffers (Counting, Budget) and of SVM (SVMBudget) alike;
+// DeviceOf is the context's first device.
+func TestContextAndQueueThroughWrappers(t *testing.T) {
+	q := cltest.Queue(t)
+	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
+	require.NoError(t, err)
+	wrapped := allocator.NewCounting(allocator.NewBudget(imm, 1<<20))
+	assert.Same(t, q.Context(), allocator.ContextOf(wrapped))
+	assert.Same(t, q, allocator.QueueOf(wrapped))
+	assert.Same(t, q.Device(), allocator.DeviceOf(wrapped))
+	def, err := allocator.NewDeferred(q.Context(), cl.MemReadWrite)
+	require.NoError(t, err)
+	assert.Nil(t, allocator.QueueOf(allocator.NewCounting(def)), "a Deferred has no queue")
+	assert.Nil(t, allocator.ContextOf(nil))
+
+	if q.Context().SVMCapabilities() == 0 {
+		t.Skipf("the SVM half needs shared virtual memory; %v has none", q.Device())
+	}
+	isvm, err := allocator.NewImmediateSVM(q, false)
+	require.NoError(t, err)
+	budget := allocator.NewSVMBudget(isvm, 1<<20)
+	assert.Same(t, q.Context(), allocator.ContextOf(budget))
+	assert.Same(t, q, allocator.QueueOf(budget))
+}

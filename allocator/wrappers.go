@@ -166,22 +166,56 @@ func (b *Budget) Unwrap() Allocator { return b.inner }
 // Unwrap returns the wrapped allocator.
 func (c *Counting) Unwrap() Allocator { return c.inner }
 
-// DeviceOf returns the device an allocator allocates on: that of the
-// context of a Deferred or Immediate, found through wrappers that have an
-// Unwrap method; nil if there is none to find.
+// DeviceOf returns the device an allocator allocates on: the first device
+// of its context (see ContextOf); nil if there is none to find.
 func DeviceOf(a Allocator) *cl.Device {
-	for a != nil {
-		if c, ok := a.(interface{ Context() *cl.Context }); ok {
-			if ds := c.Context().Devices(); len(ds) > 0 {
-				return ds[0]
-			}
-			return nil
-		}
-		u, ok := a.(interface{ Unwrap() Allocator })
-		if !ok {
-			return nil
-		}
-		a = u.Unwrap()
+	if ds := ContextOf(a).Devices(); len(ds) > 0 {
+		return ds[0]
 	}
 	return nil
+}
+
+// ContextOf returns the context allocator a (an Allocator or an
+// SVMAllocator) allocates in: that of a Deferred, Immediate, Pinned, SVM
+// or ImmediateSVM, found through wrappers that have an Unwrap method
+// (Budget, Counting, SVMBudget); nil if none says.
+func ContextOf(a any) (ctx *cl.Context) {
+	walk(a, func(a any) bool {
+		if c, ok := a.(interface{ Context() *cl.Context }); ok {
+			ctx = c.Context()
+			return true
+		}
+		return false
+	})
+	return ctx
+}
+
+// QueueOf returns the queue of allocator a (an Allocator or an
+// SVMAllocator), or of one it wraps: the queue an Immediate, Pinned or
+// ImmediateSVM enqueues on; nil if none has one.
+func QueueOf(a any) (q *cl.CommandQueue) {
+	walk(a, func(a any) bool {
+		if c, ok := a.(interface{ Queue() *cl.CommandQueue }); ok {
+			q = c.Queue()
+			return true
+		}
+		return false
+	})
+	return q
+}
+
+// walk calls found with a and, while found returns false, with each
+// allocator it wraps, through an Unwrap method returning an Allocator or
+// an SVMAllocator.
+func walk(a any, found func(a any) bool) {
+	for a != nil && !found(a) {
+		switch u := a.(type) {
+		case interface{ Unwrap() Allocator }:
+			a = u.Unwrap()
+		case interface{ Unwrap() SVMAllocator }:
+			a = u.Unwrap()
+		default:
+			return
+		}
+	}
 }

@@ -51,58 +51,6 @@ func (s svms) allocate(n int64) (mem, error) {
 func (s svms) free(m mem) error { return s.a.Free(m.svm) }
 func (s svms) outer() any       { return s.a }
 
-// walk calls found with the pool's allocator and, while found returns
-// false, with each allocator it wraps (through an Unwrap method returning
-// an allocator.Allocator or an allocator.SVMAllocator, as Budget,
-// Counting and SVMBudget have).
-func walk(a any, found func(a any) bool) {
-	for a != nil && !found(a) {
-		switch u := a.(type) {
-		case interface{ Unwrap() allocator.Allocator }:
-			a = u.Unwrap()
-		case interface{ Unwrap() allocator.SVMAllocator }:
-			a = u.Unwrap()
-		default:
-			return
-		}
-	}
-}
-
-// contextOf returns the context of allocator a, or of one it wraps; nil if
-// none says.
-func contextOf(a any) (ctx *cl.Context) {
-	walk(a, func(a any) bool {
-		if c, ok := a.(interface{ Context() *cl.Context }); ok {
-			ctx = c.Context()
-			return true
-		}
-		return false
-	})
-	return ctx
-}
-
-// queueOf returns the queue of allocator a, or of one it wraps (the
-// Immediate allocators' probe queue); nil if none has one.
-func queueOf(a any) (q *cl.CommandQueue) {
-	walk(a, func(a any) bool {
-		if c, ok := a.(interface{ Queue() *cl.CommandQueue }); ok {
-			q = c.Queue()
-			return true
-		}
-		return false
-	})
-	return q
-}
-
-// deviceOf returns the first device of allocator a's context; nil if a
-// does not say.
-func deviceOf(a any) *cl.Device {
-	if ds := contextOf(a).Devices(); len(ds) > 0 {
-		return ds[0]
-	}
-	return nil
-}
-
 // isNil reports whether allocator a is nil, or a nil pointer in an
 // interface (a typed nil), whose methods would panic.
 func isNil(a any) bool {

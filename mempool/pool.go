@@ -128,7 +128,13 @@ func newPool(call string, src source, opts []Option) (*Pool, error) {
 	if isNil(src.outer()) {
 		return nil, fmt.Errorf("mempool: %s: nil allocator", call)
 	}
-	p := &Pool{src: src, device: deviceOf(src.outer()), leadingBits: 4, dropSafety: true, holding: true}
+	// In a context of several devices, a block must suit each: the
+	// least of their largest buffers, the largest of their alignments.
+	ctx := allocator.ContextOf(src.outer())
+	p := &Pool{src: src, leadingBits: 4, dropSafety: true, holding: true}
+	if ds := ctx.Devices(); len(ds) > 0 {
+		p.device = ds[0]
+	}
 	for _, o := range opts {
 		o(p)
 	}
@@ -142,9 +148,6 @@ func newPool(call string, src source, opts []Option) (*Pool, error) {
 	case p.maxSplit > 0 && !p.arena:
 		return nil, fmt.Errorf("mempool: %s: WithMaxSplitSize needs WithArena: exact bins never split", call)
 	}
-	// In a context of several devices, a block must suit each: the
-	// least of their largest buffers, the largest of their alignments.
-	ctx := contextOf(src.outer())
 	p.maxAlloc = ctx.MaxMemAllocSize()
 	p.sizeCap = maxRequest
 	if p.maxAlloc > 0 {
@@ -161,7 +164,7 @@ func newPool(call string, src source, opts []Option) (*Pool, error) {
 	if p.arena {
 		p.l.s.Policy = "arena"
 	}
-	if q := queueOf(src.outer()); q != nil {
+	if q := allocator.QueueOf(src.outer()); q != nil {
 		p.defq, _ = p.queueState(q)
 	}
 	return p, nil

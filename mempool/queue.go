@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/mempool/internal/policy"
 )
@@ -127,7 +128,7 @@ func (p *Pool) queueState(q *cl.CommandQueue) (*qstate, error) {
 
 // context returns the context of the pool's allocator, if it (or an
 // allocator it wraps) says.
-func (p *Pool) context() *cl.Context { return contextOf(p.src.outer()) }
+func (p *Pool) context() *cl.Context { return allocator.ContextOf(p.src.outer()) }
 
 // handover is what a block taken for queue r needs before r may use it:
 // the uses to wait for. It is nil, and costs nothing, when only r (in

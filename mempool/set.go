@@ -154,10 +154,10 @@ func (s *Set) poolOf(call string, q *cl.CommandQueue) (*Pool, error) {
 	case src == nil || isNil(src.outer()):
 		return nil, fmt.Errorf("mempool: Set.%s: the allocator made for %v is nil", call, q.Device())
 	}
-	if ac := contextOf(src.outer()); ac != nil && ac != ctx {
+	if ac := allocator.ContextOf(src.outer()); ac != nil && ac != ctx {
 		return nil, fmt.Errorf("mempool: Set.%s: the allocator made for %v allocates in another context: %w", call, q.Device(), ErrQueueMismatch)
 	}
-	if aq := queueOf(src.outer()); aq != nil && aq.Context() != ctx {
+	if aq := allocator.QueueOf(src.outer()); aq != nil && aq.Context() != ctx {
 		return nil, fmt.Errorf("mempool: Set.%s: the allocator made for %v allocates in another context: %w", call, q.Device(), ErrQueueMismatch)
 	}
 	opts := s.opts
