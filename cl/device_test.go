@@ -3,7 +3,6 @@ package cl_test
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -195,11 +194,7 @@ func TestPackagePassesWithOnlyPOCL(t *testing.T) {
 	if os.Getenv(cltest.ChildEnv) != "" {
 		t.Skip("a child of reexec")
 	}
-	icd := cltest.POCLICD(t)
-	dir := t.TempDir()
-	data, err := os.ReadFile(icd)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(icd)), data, 0o644))
+	dir := cltest.POCLOnlyVendors(t)
 	out, err := cltest.Reexec(t, ".", cltest.ChildEnv+"=only-pocl", "OCL_ICD_VENDORS="+dir, cl.DeviceEnv+"=")
 	require.NoError(t, err, out)
 	assert.Contains(t, out, "--- SKIP: TestSelectDevice/oclgrind_by_its_short_name")

@@ -51,6 +51,19 @@ func POCLICD(tb testing.TB) string {
 	return ""
 }
 
+// POCLOnlyVendors returns a new directory for OCL_ICD_VENDORS that names
+// POCL alone (a copy of POCLICD's file); it skips the test where POCL is
+// not installed.
+func POCLOnlyVendors(tb testing.TB) string {
+	tb.Helper()
+	icd := POCLICD(tb)
+	dir := tb.TempDir()
+	data, err := os.ReadFile(icd)
+	require.NoError(tb, err)
+	require.NoError(tb, os.WriteFile(filepath.Join(dir, filepath.Base(icd)), data, 0o644))
+	return dir
+}
+
 // TwoDevices returns the first two devices of the first platform that has
 // two, and skips the test where none has (RunOnTwoPOCLDevices makes one).
 func TwoDevices(tb testing.TB) (*cl.Device, *cl.Device) {
@@ -86,11 +99,7 @@ func RunOnTwoPOCLDevices(t *testing.T, test string) {
 	if dev, err := cl.SelectDevice(); err != nil || !dev.Matches("pocl") {
 		t.Skipf("runs where the selected device is POCL (%s=pocl); selected: %v (%v)", cl.DeviceEnv, dev, err)
 	}
-	icd := POCLICD(t)
-	dir := t.TempDir()
-	data, err := os.ReadFile(icd)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(icd)), data, 0o644))
+	dir := POCLOnlyVendors(t)
 	// POCL 3 calls its CPU device "pthread"; later versions call it "cpu".
 	var outs []string
 	for _, devices := range []string{"pthread pthread", "cpu cpu"} {
