@@ -26,7 +26,7 @@ import (
 type PooledBuffer struct {
 	pool *Pool
 	blk  *block  // its segment, offset and size; kept after Close, for Size
-	size int64   // the requested size, or ^size once closed; read and marked atomically (see closedMark)
+	size int64   // the requested size, or ^size once closed (see closedMark)
 	q    *qstate // the queue it is for; nil if none
 }
 
@@ -162,8 +162,10 @@ func (b *PooledBuffer) Size() int64 {
 // Closed reports whether Close has been called.
 func (b *PooledBuffer) Closed() bool { return b.closedMark() < 0 }
 
-// closedMark returns the size field, negative once closed: Close marks it
-// with a compare-and-swap, outside any lock (see give).
+// closedMark returns the size field, negative once closed. Close marks
+// it under the lock of the buffer's queue's cache, or, for a buffer of no
+// queue, with a compare-and-swap (see give), so that of two racing Closes
+// one wins.
 func (b *PooledBuffer) closedMark() int64 { return atomic.LoadInt64(&b.size) }
 
 // Close gives the block back to the pool. A second Close returns ErrClosed.

@@ -547,16 +547,40 @@ func (p *Pool) put(pb *PooledBuffer) error { return p.give(pb, p.hooks.Load(), t
 func (p *Pool) putBack(pb *PooledBuffer, keepUses bool) error { return p.give(pb, nil, !keepUses) }
 
 // give is put, with the hooks to tell and whether to record pb's uses.
+// It is kept small for the hot path, a Close on a queue whose block
+// waits in the queue's cache; giveLocked does the rest.
 func (p *Pool) give(pb *PooledBuffer, hooks hookList, record bool) error {
-	size := atomic.LoadInt64(&pb.size)
-	if size < 0 || !atomic.CompareAndSwapInt64(&pb.size, size, ^size) {
-		return ErrClosed // closed before the hook: a racing Close gets ErrClosed
+	var size int64
+	if r := pb.q; r != nil {
+		// Every Close of pb takes r's cache's lock before anything else:
+		// under it, pb's closed mark needs no atomic instruction.
+		r.c.mu.Lock()
+		if size = pb.size; size < 0 {
+			r.c.mu.Unlock()
+			return ErrClosed
+		}
+		pb.size = ^size
+		if hooks == nil && record && p.putCachedLocked(pb, size) {
+			r.c.mu.Unlock()
+			return nil
+		}
+		p.mu.Lock()
+		p.replayLocked(r)
+		r.c.mu.Unlock()
+	} else {
+		size = atomic.LoadInt64(&pb.size)
+		if size < 0 || !atomic.CompareAndSwapInt64(&pb.size, size, ^size) {
+			return ErrClosed // closed before the hook: a racing Close gets ErrClosed
+		}
+		p.mu.Lock()
 	}
+	return p.giveLocked(pb, size, hooks, record)
+}
+
+// giveLocked is give's work once pb is marked closed and p.mu is held;
+// it unlocks p.mu.
+func (p *Pool) giveLocked(pb *PooledBuffer, size int64, hooks hookList, record bool) error {
 	b := pb.blk
-	if hooks == nil && record && p.putCached(pb, b, size) {
-		return nil
-	}
-	p.lockReplayed(pb.q)
 	if p.dropSafety {
 		runtime.SetFinalizer(pb, nil) // under p.mu: see handOutLocked
 	}

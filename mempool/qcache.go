@@ -173,19 +173,15 @@ func (p *Pool) allocateCached(size int64, r *qstate, pb *PooledBuffer) *PooledBu
 	return pb
 }
 
-// putCached gives b, the block of pb and of a request of size, back into
-// the cache of pb's queue, and reports whether it did; with drop safety,
-// it clears pb's finalizer under the cache's lock. The caller marked pb
+// putCachedLocked gives pb's block, of a request of size, back into the
+// cache of pb's queue, and reports whether it did; with drop safety, it
+// clears pb's finalizer. The caller holds the cache's lock, marked pb
 // closed and checked that hooks are off.
-func (p *Pool) putCached(pb *PooledBuffer, b *block, size int64) bool {
-	r := pb.q
-	if r == nil || !p.caching.Load() || p.hooks.Load() != nil || r.ooo || !b.Seg.Small || b.Size > cacheMaxBlock || b.Seg.Oversize || b.Seg.Exact {
-		return false
-	}
+func (p *Pool) putCachedLocked(pb *PooledBuffer, size int64) bool {
+	r, b := pb.q, pb.blk
 	c := &r.c
-	c.mu.Lock()
-	if !p.caching.Load() || len(c.blocks) == cacheBlocks || len(b.Uses) != 0 {
-		c.mu.Unlock()
+	if !p.caching.Load() || r.ooo || !b.Seg.Small || b.Size > cacheMaxBlock || b.Seg.Oversize || b.Seg.Exact ||
+		len(c.blocks) == cacheBlocks || len(b.Uses) != 0 || p.hooks.Load() != nil {
 		return false // len(b.Uses): RecordQueue adds to it under c.mu
 	}
 	if p.dropSafety {
@@ -196,7 +192,6 @@ func (p *Pool) putCached(pb *PooledBuffer, b *block, size int64) bool {
 	c.blocks = append(c.blocks, b)
 	c.d.put(b, size)
 	p.flushIfDueLocked(r)
-	c.mu.Unlock()
 	return true
 }
 

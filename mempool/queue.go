@@ -121,6 +121,11 @@ func (p *Pool) queueState(q *cl.CommandQueue) (*qstate, error) {
 		}
 	}
 	qs := &qstate{q: q, id: int32(len(p.queues) + 1), ooo: q.Properties()&cl.QueueOutOfOrder != 0}
+	// The cache's array has its full size at once: 128 bytes, a size
+	// class whose objects fill two cache lines of their own, so that no
+	// other queue's cache writes its lines (a small array grown by append
+	// can share a line with another queue's).
+	qs.c.blocks = make([]*block, 0, cacheBlocks)
 	p.queues = append(p.queues, qs)
 	p.l.s.Queues = append(p.l.s.Queues, QueueStats{Queue: q})
 	return qs, nil
