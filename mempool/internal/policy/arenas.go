@@ -37,6 +37,11 @@ const DefaultPreferredSegment = 256 << 20
 // real trace; see BENCHMARKS.md.
 const GrowthDivisor = 16
 
+// GrowSlack is how far past the most bytes its blocks ever took (a
+// 1/GrowSlack part of them) the arena grows before it frees wholly free
+// segments to make room (see BeforeGrow).
+const GrowSlack = 16
+
 // Arenas is the splitting-arena policy: two arenas, small and large, as
 // torch keeps a small and a large pool, so that long-lived small blocks do
 // not pin large segments.
@@ -53,6 +58,7 @@ type Arenas[T comparable] struct {
 	exact        int   // exact-size segments, never in an arena
 	reserved     int64 // the bytes of every segment
 	highWater    int64 // the most reserved has been
+	activePeak   int64 // the most bytes of active blocks yet
 	counts       Counts
 }
 
@@ -103,10 +109,21 @@ func (p *Arenas[T]) Get(size int64) *Block[T] { return p.GetOn(size, 0) }
 // unmerged, it prefers one that only q may still use.
 func (p *Arenas[T]) GetOn(size int64, q int32) *Block[T] {
 	n := p.Round(size)
+	var b *Block[T]
 	if p.Oversize(size) {
-		return p.large.GetWhole(n, OversizeSlack)
+		b = p.large.GetWhole(n, OversizeSlack)
+	} else {
+		b = p.arenaFor(n).GetOn(n, q)
 	}
-	return p.arenaFor(n).GetOn(n, q)
+	if b != nil {
+		p.noteActive()
+	}
+	return b
+}
+
+// noteActive brings activePeak up to date after a block was handed out.
+func (p *Arenas[T]) noteActive() {
+	p.activePeak = max(p.activePeak, p.reserved-p.counts.FreeBytes)
 }
 
 // SegmentSize returns the bytes of a new segment for a request of size.
@@ -156,11 +173,16 @@ func (p *Arenas[T]) Smaller(size, n int64) int64 {
 }
 
 // BeforeGrow is called on a miss, before a new segment is made for a
-// request of size: if that segment would take the pool past the most it
-// has held, it removes every wholly free segment (none can serve the
-// request) and returns them for the pool to free.
+// request of size. If that segment would take the pool past both the
+// most it has held and a 1/GrowSlack part past the most its blocks ever
+// took, it removes every wholly free segment (none can serve the
+// request) and returns them for the pool to free. The slack keeps a
+// program whose phases take turns at the peak (a sort of large arrays,
+// then one of small ones) from freeing one phase's segments to make the
+// next one's, and allocating them again each turn.
 func (p *Arenas[T]) BeforeGrow(size int64) []*Segment[T] {
-	if p.reserved+p.SegmentSize(size) <= p.highWater {
+	bound := max(p.highWater, p.activePeak+p.activePeak/GrowSlack)
+	if p.reserved+p.SegmentSize(size) <= bound {
 		return nil
 	}
 	var out []*Segment[T]
@@ -179,13 +201,16 @@ func (p *Arenas[T]) Add(seg *Segment[T], size int64) *Block[T] {
 		p.exact++
 		p.counts.Segments++
 		seg.blocks = 1
+		p.noteActive()
 		return &Block[T]{Seg: seg, Size: seg.Size}
 	}
 	n := p.Round(size)
 	seg.Oversize = p.Oversize(size)
 	a := p.arenaFor(n)
 	seg.Small = a == p.small
-	return a.Add(seg, n)
+	b := a.Add(seg, n)
+	p.noteActive()
+	return b
 }
 
 // Put takes back an active block. It returns its segment, removed, if the

@@ -82,6 +82,7 @@ func synthetic() map[string][]trace.Event {
 	return map[string][]trace.Event{
 		"random-mixed": randomMixed(rand.New(rand.NewPCG(1, 2)), 20000),
 		"radix-sort":   radixSort(1<<22, 30),
+		"radix-two":    twoPipelines(100),
 	}
 }
 
@@ -107,10 +108,20 @@ func randomMixed(r *rand.Rand, n int) []trace.Event {
 	return ev
 }
 
-// radixSort mimics a radix-sort pipeline over keys of n uint32: keys and
-// values double-buffered, a histogram and a scan per pass, for passes
-// sorts of slowly growing n.
+// radixSort mimics a radix-sort pipeline over keys of n uint32, for sorts
+// of slowly growing n.
 func radixSort(n int64, sorts int) []trace.Event {
+	var sizes []int64
+	for s := range sorts {
+		sizes = append(sizes, n+int64(s)*n/16)
+	}
+	return radixSorts(sizes)
+}
+
+// radixSorts mimics radix-sort pipelines, one sort per size (a count of
+// uint32 keys): keys and values double-buffered, a histogram and a scan
+// per pass.
+func radixSorts(sizes []int64) []trace.Event {
 	var ev []trace.Event
 	id := int64(0)
 	alloc := func(size int64) int64 {
@@ -123,8 +134,7 @@ func radixSort(n int64, sorts int) []trace.Event {
 			ev = append(ev, trace.Event{Op: trace.Free, ID: i})
 		}
 	}
-	for s := range sorts {
-		m := n + int64(s)*n/16
+	for _, m := range sizes {
 		keys, vals := alloc(4*m), alloc(4*m)
 		for range 4 {
 			k2, v2 := alloc(4*m), alloc(4*m)
@@ -136,6 +146,16 @@ func radixSort(n int64, sorts int) []trace.Event {
 		free(keys, vals)
 	}
 	return ev
+}
+
+// twoPipelines alternates sorts of 4 Mi and 11 Mi keys: the phases take
+// turns at the peak.
+func twoPipelines(sorts int) []trace.Event {
+	var sizes []int64
+	for s := range sorts {
+		sizes = append(sizes, []int64{4 << 20, 11 << 20}[s%2])
+	}
+	return radixSorts(sizes)
 }
 
 // torchLike is the reference: torch's segment sizes (2 MiB for
