@@ -152,23 +152,25 @@ func (l *ledger) sync(c *policy.Counts) {
 // counts, peaks included, as the operations would have made one by one.
 // Its blocks are small.
 func (l *ledger) flush(d *qdelta, r *qstate) {
-	l.s.Hits += d.hits
+	hits := d.allocation.added
+	cached := d.allocation.freed - hits // blocks into the cache, less those out
+	l.s.Hits += hits
 	q := &l.s.Queues[r.id-1]
-	q.Requests += d.hits
-	q.Hits += d.hits
-	q.Cached += d.cached
+	q.Requests += hits
+	q.Hits += hits
+	q.Cached += cached
 	l.s.Allocation.apply(d.allocation)
 	l.s.AllocatedBytes.apply(d.allocated)
 	l.s.RequestedBytes.apply(d.requested)
-	l.cached += int(d.cached)
-	l.cachedBytes += d.cachedBytes
+	l.cached += int(cached)
+	l.cachedBytes -= d.allocated.net()
 	// The splits move here, peaks included, rather than through sync.
 	l.s.InactiveSplit.apply(d.split)
 	l.s.InactiveSplitBytes.apply(d.splitBytes)
-	l.cachedSplit += int(d.split.net)
-	l.cachedSplitBytes += d.splitBytes.net
-	l.split[0] += int(d.split.net)
-	l.splitBytes[0] += d.splitBytes.net
+	l.cachedSplit += int(d.split.net())
+	l.cachedSplitBytes += d.splitBytes.net()
+	l.split[0] += int(d.split.net())
+	l.splitBytes[0] += d.splitBytes.net()
 }
 
 // uncache counts b leaving queue r's cache for the policy.

@@ -59,38 +59,38 @@ type qcache struct {
 
 // qdelta sums a queue cache's operations for the ledger (ledger.flush).
 // The cache's blocks are all small (cacheMaxBlock), so only the small
-// halves of the statistics change.
+// halves of the statistics change. Every hit adds one allocation and
+// every put frees one, so the counts of hits, of operations and of blocks
+// into and out of the cache all follow from allocation's sums, and the
+// bytes into and out of it from allocated's: the hot path adds only what
+// it must.
 type qdelta struct {
-	ops, hits                        int64
 	allocation, allocated, requested statDelta // the active blocks, their bytes, the bytes asked for
-	cached, cachedBytes              int64     // blocks into (+) and out of (-) the cache
-	split, splitBytes                statDelta // the inactive splits among them
+	split, splitBytes                statDelta // the inactive splits among the cached blocks
 }
+
+// ops returns how many operations d sums.
+func (d *qdelta) ops() int64 { return d.allocation.added + d.allocation.freed }
 
 // statDelta sums additions to and subtractions from a Stat, with the
 // highest its running sum reached.
-type statDelta struct{ net, added, freed, top int64 }
+type statDelta struct{ added, freed, top int64 }
+
+// net returns the sum's change.
+func (d *statDelta) net() int64 { return d.added - d.freed }
 
 func (d *statDelta) add(n int64) {
-	d.net += n
 	d.added += n
-	d.top = max(d.top, d.net)
+	d.top = max(d.top, d.added-d.freed)
 }
 
-func (d *statDelta) sub(n int64) {
-	d.net -= n
-	d.freed += n
-}
+func (d *statDelta) sub(n int64) { d.freed += n }
 
 // hit sums a request of size served by cached block b.
 func (d *qdelta) hit(b *block, size int64) {
-	d.ops++
-	d.hits++
 	d.allocation.add(1)
 	d.allocated.add(b.Size)
 	d.requested.add(size)
-	d.cached--
-	d.cachedBytes -= b.Size
 	if b.Split {
 		d.split.sub(1)
 		d.splitBytes.sub(b.Size)
@@ -99,12 +99,9 @@ func (d *qdelta) hit(b *block, size int64) {
 
 // put sums block b, of a request of size, given back into the cache.
 func (d *qdelta) put(b *block, size int64) {
-	d.ops++
 	d.allocation.sub(1)
 	d.allocated.sub(b.Size)
 	d.requested.sub(size)
-	d.cached++
-	d.cachedBytes += b.Size
 	if b.Split {
 		d.split.add(1)
 		d.splitBytes.add(b.Size)
@@ -199,7 +196,7 @@ func (p *Pool) putCachedLocked(pb *PooledBuffer, size int64) bool {
 // cover flushOps operations. r.c.mu must be held. It is small enough to
 // be inlined, so that the hot path pays a comparison, not a call.
 func (p *Pool) flushIfDueLocked(r *qstate) {
-	if r.c.d.ops >= flushOps {
+	if r.c.d.ops() >= flushOps {
 		p.flushLocked(r)
 	}
 }
@@ -214,7 +211,7 @@ func (p *Pool) flushLocked(r *qstate) {
 // replayLocked brings r's cache's sums into the ledger. r.c.mu and p.mu
 // must be held.
 func (p *Pool) replayLocked(r *qstate) {
-	if r.c.d.ops == 0 {
+	if r.c.d.ops() == 0 {
 		return
 	}
 	p.l.flush(&r.c.d, r)
@@ -261,7 +258,7 @@ func (p *Pool) drainCaches() (moved bool) {
 	}
 	for _, qs := range p.queueList() {
 		qs.c.mu.Lock()
-		if len(qs.c.blocks) == 0 && qs.c.d.ops == 0 {
+		if len(qs.c.blocks) == 0 && qs.c.d.ops() == 0 {
 			qs.c.mu.Unlock()
 			continue
 		}

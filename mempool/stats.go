@@ -61,7 +61,7 @@ func (g *StatGroup) apply(d statDelta) {
 // apply brings in the sums d, its peak as if one by one.
 func (s *Stat) apply(d statDelta) {
 	s.Peak = max(s.Peak, s.Current+d.top)
-	s.Current += d.net
+	s.Current += d.net()
 	s.Allocated += d.added
 	s.Freed += d.freed
 }
