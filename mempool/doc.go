@@ -33,8 +33,10 @@
 // sizes then neither splits nor merges); any other request merges them
 // first, so they never make the pool grow. Blocks are aligned to the device's base-address alignment,
 // at least 512 bytes. Wholly free segments are kept for reuse until the
-// pool is about to grow past the most it has held, when they go first;
-// FreeHeld and the out-of-memory ladder free them too. WithMaxSplitSize
+// pool is about to grow past the most it has held and a sixteenth past
+// the most its blocks ever took, when they go first (so phases of a
+// program that take turns at the peak keep their segments); FreeHeld and
+// the out-of-memory ladder free them too. WithMaxSplitSize
 // gives requests over a size segments of their own that are never split.
 //
 // A block of an arena is a range of its segment: Base and Offset name it,

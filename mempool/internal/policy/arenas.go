@@ -47,8 +47,9 @@ const GrowSlack = 16
 // not pin large segments.
 //
 // Wholly free segments are kept for reuse until the pool is about to grow
-// past the most it has ever held: then they go first (BeforeGrow), as they
-// cannot serve the request that grows it. FreeHeld and the out-of-memory
+// past the most it has ever held and a slack over the most its blocks
+// ever took: then they go first (BeforeGrow), as they cannot serve the
+// request that grows it. FreeHeld and the out-of-memory
 // ladder free them too (TakeLargest).
 type Arenas[T comparable] struct {
 	small, large *Arena[T]
