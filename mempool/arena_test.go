@@ -210,3 +210,33 @@ func TestArenaFreedSegmentReleasesItsSubBuffers(t *testing.T) {
 	assert.True(t, sub.Released())
 	require.NoError(t, b.Close())
 }
+
+// On a device full at the pool's high water, a new segment that the
+// arena's slack would grow into (a small segment, while a wholly free
+// large one is held) is refused once; the held segment then goes at once,
+// before the ladder's garbage collections, and the request is served.
+func TestArenaSlackOnAFullDevice(t *testing.T) {
+	var budget *allocator.Budget
+	f := newFixture(t, func(a allocator.Allocator) allocator.Allocator {
+		budget = allocator.NewBudget(a, 32<<20)
+		return budget
+	}, mempool.WithArena(), mempool.WithoutQueueCaches())
+	a, err := f.pool.Allocate(16 << 20)
+	require.NoError(t, err)
+	b, err := f.pool.Allocate(16 << 20)
+	require.NoError(t, err)
+	require.Equal(t, int64(32<<20), f.pool.Stats().ManagedBytes, "two segments of their own fill the device")
+	require.NoError(t, b.Close()) // its segment is wholly free, held
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	s, err := f.pool.Allocate(1000) // a new small segment
+	runtime.ReadMemStats(&after)
+	require.NoError(t, err)
+	st := f.pool.Stats()
+	assert.Equal(t, int64(1), st.OOMRetries, "the device refused the small segment once")
+	assert.Equal(t, int64(16<<20+2<<20), st.ManagedBytes, "the held segment was freed")
+	assert.Zero(t, after.NumForcedGC-before.NumForcedGC, "no garbage collection before freeing a held segment")
+	require.NoError(t, s.Close())
+	require.NoError(t, a.Close())
+}

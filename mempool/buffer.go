@@ -21,6 +21,12 @@ import (
 // *cl.Buffer past Close. A second Close returns ErrClosed and changes
 // nothing.
 //
+// A PooledBuffer is for one goroutine at a time, as a *cl.Buffer's user
+// would expect: a goroutine that hands it to another does so through a
+// channel, a mutex or the like. Of two Closes racing, one wins and the
+// other returns ErrClosed; any other method racing a Close is a misuse
+// that the race detector reports.
+//
 // It is 32 bytes, a size class of its own: with drop safety, the hot path
 // allocates one per Allocate.
 type PooledBuffer struct {
@@ -163,9 +169,9 @@ func (b *PooledBuffer) Size() int64 {
 func (b *PooledBuffer) Closed() bool { return b.closedMark() < 0 }
 
 // closedMark returns the size field, negative once closed. Close marks
-// it under the lock of the buffer's queue's cache, or, for a buffer of no
-// queue, with a compare-and-swap (see give), so that of two racing Closes
-// one wins.
+// it under the lock of the buffer's queue's cache, with a plain store, or,
+// for a buffer of no queue, with a compare-and-swap (see give), so that
+// of two racing Closes one wins. The load is atomic for the latter.
 func (b *PooledBuffer) closedMark() int64 { return atomic.LoadInt64(&b.size) }
 
 // Close gives the block back to the pool. A second Close returns ErrClosed.

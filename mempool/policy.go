@@ -30,8 +30,10 @@ type placement interface {
 	NewSegment(size int64) *segment
 	Smaller(size, n int64) int64
 	// BeforeGrow returns, removed, the segments to free before a new
-	// segment is made for size.
+	// segment is made for size; TakeKept, those it kept that a device
+	// refusing a new segment of n bytes makes free at once.
 	BeforeGrow(size int64) []*segment
+	TakeKept(n int64) []*segment
 	// Add registers a new segment and returns the active block for size
 	// cut from it.
 	Add(seg *segment, size int64) *block

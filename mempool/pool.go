@@ -391,7 +391,15 @@ func (p *Pool) allocateBlock(hooks hookList, size int64, pb *PooledBuffer, r *qs
 		}
 		p.mu.Lock()
 		p.l.oomRetried()
+		kept := p.pol.TakeKept(seg.Size)
+		stale := p.forgetLocked(kept...)
 		p.mu.Unlock()
+		if len(kept) > 0 {
+			// Segments the policy kept past the most the pool had held
+			// go first: freeing them costs less than a collection.
+			p.freeSegments(kept, stale)
+			continue
+		}
 		if !collected {
 			// Buffers dropped without Close come back as held blocks, and
 			// one of them may serve the request.
@@ -532,7 +540,8 @@ func (p *Pool) outOfMemory(size, n int64, cause error) error {
 // pb.size): the block is held for reuse, or, after StopHolding (or for an
 // exact-size block), its segment is freed once wholly free. A PooledBuffer
 // already closed returns ErrClosed and changes nothing. The closed mark is
-// set by a compare-and-swap, so that of two racing Closes one wins.
+// set under the lock of pb's queue's cache (by a compare-and-swap for a
+// buffer of no queue), so that of two racing Closes one wins.
 //
 // The block records the queues whose commands may still use it: pb's own
 // and those of RecordQueue, each with its count of markers now (see

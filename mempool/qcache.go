@@ -152,7 +152,7 @@ func (p *Pool) allocateCached(size int64, r *qstate, pb *PooledBuffer) *PooledBu
 		copy(c.blocks[i:], c.blocks[i+1:])
 	}
 	c.blocks[last] = nil       // no stale pointer past the end
-	c.blocks = c.blocks[:last] // b.Uses is empty: see putCached
+	c.blocks = c.blocks[:last] // b.Uses is empty: see putCachedLocked
 	if pb != nil {
 		runtime.SetFinalizer(pb, (*PooledBuffer).reclaim)
 	} else {

@@ -2,6 +2,7 @@ package mempool_test
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/clpool/clpool/allocator"
+	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/internal/cltest"
 	"github.com/clpool/clpool/mempool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -147,4 +150,56 @@ func TestStressUnderALimit(t *testing.T) {
 	assert.Zero(t, s.ActiveBlocks)
 	assert.Equal(t, s.HeldBytes, s.ManagedBytes)
 	t.Logf("%d refusals, %d OOM retries", s.OOMs, s.OOMRetries)
+}
+
+// Closes racing on one buffer: exactly one wins, the others return
+// ErrClosed, and the pool counts one free. On a queue the mark is set
+// under the queue cache's lock; with no queue (a Deferred allocator), by
+// a compare-and-swap.
+func TestRacingCloses(t *testing.T) {
+	for _, dropSafe := range []bool{false, true} {
+		t.Run(fmt.Sprintf("queue/dropsafety=%v", dropSafe), func(t *testing.T) {
+			f := newFixture(t, nil, mempool.WithDropSafety(dropSafe))
+			racingCloses(t, f.pool, true)
+		})
+		t.Run(fmt.Sprintf("noqueue/dropsafety=%v", dropSafe), func(t *testing.T) {
+			d, err := allocator.NewDeferred(cltest.Queue(t).Context(), cl.MemReadWrite)
+			require.NoError(t, err)
+			count := allocator.NewCounting(d)
+			p, err := mempool.New(count, mempool.WithDropSafety(dropSafe))
+			require.NoError(t, err)
+			racingCloses(t, p, false)
+			require.NoError(t, p.Close())
+			c := count.Stats()
+			assert.Zero(t, c.Live)
+			assert.Equal(t, c.Allocs, c.Frees)
+		})
+	}
+}
+
+func racingCloses(t *testing.T, p *mempool.Pool, queue bool) {
+	for i := range 300 {
+		b, err := p.Allocate(int64(100 + i%7*1000))
+		require.NoError(t, err)
+		require.Equal(t, queue, b.Queue() != nil)
+		errs := make([]error, 3)
+		var wg sync.WaitGroup
+		for k := range errs {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[k] = b.Close() }()
+		}
+		wg.Wait()
+		won := 0
+		for _, err := range errs {
+			if err == nil {
+				won++
+			} else {
+				assert.ErrorIs(t, err, mempool.ErrClosed)
+			}
+		}
+		require.Equal(t, 1, won)
+	}
+	s := p.Stats()
+	assert.Zero(t, s.ActiveBlocks)
+	assert.Equal(t, int64(300), s.Allocation.All.Freed)
 }

@@ -200,3 +200,35 @@ func TestSegmentBlocksCoverIt(t *testing.T) {
 	require.Nil(t, p.Put(b))
 	assert.True(t, seg.WhollyFree())
 }
+
+// BeforeGrow keeps wholly free segments while the pool grows less than
+// its slack past its high-water mark; TakeKept then gives them up, and
+// past the slack BeforeGrow does.
+func TestArenasSlackBeforeGrowing(t *testing.T) {
+	p := policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)
+	grow := func(size int64) *policy.Block[int] {
+		require.Nil(t, p.Get(size))
+		require.Empty(t, p.BeforeGrow(size))
+		return p.Add(p.NewSegment(size), size)
+	}
+	big := grow(32 << 20)
+	kept := grow(32 << 20)
+	require.Nil(t, p.Put(kept)) // wholly free: 64 MiB held, the high-water mark
+
+	// A small segment (2 MiB) passes the mark but not 1/16 of the 64
+	// MiB the blocks once took: the free segment stays.
+	assert.Empty(t, p.BeforeGrow(1000))
+	assert.Empty(t, p.TakeKept(0), "nothing past the mark yet")
+	gone := p.TakeKept(policy.SmallSegment)
+	require.Len(t, gone, 1)
+	assert.Equal(t, int64(32<<20), gone[0].Size)
+
+	require.Nil(t, p.Put(big))
+	// 34 MiB more passes the mark (32 + 34 > 64 MiB) within the slack;
+	// 40 MiB passes the slack too: the wholly free 32 MiB goes.
+	assert.Empty(t, p.BeforeGrow(34<<20))
+	gone = p.BeforeGrow(40 << 20)
+	require.Len(t, gone, 1)
+	assert.Equal(t, int64(32<<20), gone[0].Size)
+	require.NoError(t, p.Check())
+}

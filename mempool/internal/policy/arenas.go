@@ -182,8 +182,21 @@ func (p *Arenas[T]) Smaller(size, n int64) int64 {
 // then one of small ones) from freeing one phase's segments to make the
 // next one's, and allocating them again each turn.
 func (p *Arenas[T]) BeforeGrow(size int64) []*Segment[T] {
-	bound := max(p.highWater, p.activePeak+p.activePeak/GrowSlack)
-	if p.reserved+p.SegmentSize(size) <= bound {
+	n := p.SegmentSize(size)
+	if p.reserved+n <= p.activePeak+p.activePeak/GrowSlack {
+		return nil
+	}
+	return p.TakeKept(n)
+}
+
+// TakeKept removes every wholly free segment, and returns them for the
+// pool to free, if a new segment of n bytes would take the pool past the
+// most it has held: the segments BeforeGrow's slack kept. The pool calls
+// it when the device refused a new segment, before dearer steps (a
+// garbage collection), so that on a full device the slack costs one
+// refused allocation and nothing else.
+func (p *Arenas[T]) TakeKept(n int64) []*Segment[T] {
+	if p.reserved+n <= p.highWater {
 		return nil
 	}
 	var out []*Segment[T]

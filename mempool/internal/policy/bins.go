@@ -254,3 +254,6 @@ func (p *Bins[T]) Smaller(size, n int64) int64 { return 0 }
 // BeforeGrow returns nil: bins free held blocks only under memory
 // pressure or when asked.
 func (p *Bins[T]) BeforeGrow(size int64) []*Segment[T] { return nil }
+
+// TakeKept returns nil: BeforeGrow keeps nothing back.
+func (p *Bins[T]) TakeKept(n int64) []*Segment[T] { return nil }
