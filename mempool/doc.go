@@ -135,7 +135,9 @@
 // When the allocator reports an out-of-memory (cl.ErrMemObjectAllocationFailure,
 // cl.ErrOutOfResources or cl.ErrOutOfHostMemory), the pool runs the garbage
 // collector, so that dropped buffers come back, then frees held blocks one
-// at a time, largest bin first, retrying after each. If nothing is left to
+// at a time, largest bin first, retrying after each. (An arena first frees
+// the wholly free segments it kept while growing within its slack, and
+// retries: they cost nothing to give up.) If nothing is left to
 // free, Allocate returns an *OutOfMemoryError that wraps the allocator's
 // error and matches ErrOutOfMemory. Other allocator errors return at once.
 // A request larger than the device's largest buffer (MaxMemAllocSize) fails
