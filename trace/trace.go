@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -145,6 +146,17 @@ func Read(r io.Reader) ([]Event, error) {
 			return events, nil
 		}
 	}
+}
+
+// ReadFile reads the trace file at path with Read. Its errors are Open's
+// and Read's, as they are.
+func ReadFile(path string) ([]Event, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return Read(f)
 }
 
 // parser is Read's state between lines.
@@ -276,18 +288,22 @@ type Summary struct {
 	Allocs, Frees int
 	PeakLiveBytes int64 // the most bytes live at once
 	Leaked        int   // blocks allocated and never freed
+	Sizes         int   // distinct sizes allocated
 }
 
-// Summarize counts a trace's events and its peak live bytes.
+// Summarize counts a trace's events, its distinct sizes and its peak
+// live bytes.
 func Summarize(events []Event) Summary {
 	var s Summary
 	var live int64
 	sizes := map[int64]int64{}
+	distinct := map[int64]bool{}
 	for _, ev := range events {
 		switch ev.Op {
 		case Alloc:
 			s.Allocs++
 			sizes[ev.ID] = ev.Size
+			distinct[ev.Size] = true
 			live += ev.Size
 			s.PeakLiveBytes = max(s.PeakLiveBytes, live)
 		case Free:
@@ -296,7 +312,7 @@ func Summarize(events []Event) Summary {
 			delete(sizes, ev.ID)
 		}
 	}
-	s.Leaked = len(sizes)
+	s.Leaked, s.Sizes = len(sizes), len(distinct)
 	return s
 }
 

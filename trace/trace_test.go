@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,10 +16,7 @@ import (
 
 func readFile(t *testing.T, path string) []trace.Event {
 	t.Helper()
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	events, err := trace.Read(f)
+	events, err := trace.ReadFile(path)
 	require.NoError(t, err)
 	return events
 }
@@ -195,5 +191,5 @@ func TestReplayFreesWhatTheTraceLeavesLiveInIDOrder(t *testing.T) {
 		func(h int64) error { freed = append(freed, h); return nil })
 	require.NoError(t, err)
 	assert.Equal(t, []int64{20, 40, 10, 30}, freed, "block 2 by the trace, then 1, 5, 9")
-	assert.Equal(t, trace.Summary{Allocs: 4, Frees: 1, PeakLiveBytes: 100, Leaked: 3}, trace.Summarize(events))
+	assert.Equal(t, trace.Summary{Allocs: 4, Frees: 1, PeakLiveBytes: 100, Leaked: 3, Sizes: 4}, trace.Summarize(events))
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"github.com/clpool/clpool/trace"
 	"math"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -131,10 +130,7 @@ func TestRunRecordsATrace(t *testing.T) {
 	q := cltest.Queue(t)
 	path := filepath.Join(t.TempDir(), "cg.tsv")
 	require.NoError(t, run(cltest.Size(q, 512, 8192), 10, path, true))
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	events, err := trace.Read(f)
+	events, err := trace.ReadFile(path)
 	require.NoError(t, err)
 	require.NotEmpty(t, events)
 	assert.True(t, trace.Timed(events))

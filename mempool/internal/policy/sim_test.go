@@ -2,7 +2,6 @@ package policy_test
 
 import (
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -69,10 +68,7 @@ func simulate(t testing.TB, events []trace.Event, p placement) simResult {
 }
 
 func readTrace(t testing.TB, name string) []trace.Event {
-	f, err := os.Open(filepath.Join("..", "..", "..", "testdata", name))
-	require.NoError(t, err)
-	defer f.Close()
-	events, err := trace.Read(f)
+	events, err := trace.ReadFile(filepath.Join("..", "..", "..", "testdata", name))
 	require.NoError(t, err)
 	return events
 }
