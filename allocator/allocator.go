@@ -20,6 +20,29 @@ type Allocator interface {
 // ErrFreed is returned by Free for a buffer that was already freed.
 var ErrFreed = errors.New("allocator: buffer already freed")
 
+// ErrOutOfMemory matches every out-of-memory refusal of clpool, whichever
+// package refused: match it with errors.Is. Those are
+//
+//   - a pool's (mempool's) refusal, a *mempool.OutOfMemoryError: its
+//     limit refused the request, or the device still refused it after the
+//     pool had freed what it held (its ladder), or the request is larger
+//     than the device's largest buffer; mempool.ErrOutOfMemory is this
+//     same value;
+//   - a Budget's or an SVMBudget's refusal, which also matches
+//     cl.ErrMemObjectAllocationFailure and unwraps to a *cl.CallError;
+//   - an array (package array) whose bytes exceed the device's largest
+//     buffer (MaxMemAllocSize) or int64, which also matches
+//     cl.ErrInvalidBufferSize.
+//
+// The raw allocators (Deferred, Immediate, Pinned, SVM, ImmediateSVM)
+// return the runtime's error as it is, a *cl.CallError whose Status says
+// what failed (cl.Status.IsOutOfMemory tells an exhausted device), which
+// does not match ErrOutOfMemory: a pool above may still cure it by
+// freeing what it holds, and refuses with an OutOfMemoryError only if
+// that fails. Errors that are not about memory, a negative size say, never
+// match it.
+var ErrOutOfMemory = errors.New("clpool: out of memory")
+
 // checkFlags refuses the flags a pooled buffer cannot have.
 func checkFlags(flags cl.MemFlags) error {
 	if flags&(cl.MemUseHostPtr|cl.MemCopyHostPtr) != 0 {

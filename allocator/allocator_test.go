@@ -156,6 +156,33 @@ func TestBudgetRefusesLikeADeviceOutOfMemory(t *testing.T) {
 	assert.Zero(t, big.Live())
 }
 
+// Issue 21, item 1: a Budget's refusal matches the shared out-of-memory
+// sentinel, allocator.ErrOutOfMemory, and still matches the cl status and unwraps to the
+// *cl.CallError it did, with the same message.
+func TestBudgetRefusalMatchesErrOutOfMemory(t *testing.T) {
+	q := cltest.Queue(t)
+	d, err := allocator.NewDeferred(q.Context(), cl.MemReadWrite)
+	require.NoError(t, err)
+	b := allocator.NewBudget(d, 1000)
+	_, err = b.Allocate(1001)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, allocator.ErrOutOfMemory)
+	assert.ErrorIs(t, err, cl.ErrMemObjectAllocationFailure)
+	var ce *cl.CallError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "clCreateBuffer", ce.Call)
+	assert.Equal(t, cl.ErrMemObjectAllocationFailure, ce.Status)
+	assert.EqualError(t, err, "clCreateBuffer: CL_MEM_OBJECT_ALLOCATION_FAILURE (-4): allocator.Budget: 1001 bytes would exceed the budget of 1000 (0 in use)")
+	_, err = b.Allocate(math.MaxInt64)
+	assert.ErrorIs(t, err, allocator.ErrOutOfMemory, "no overflow")
+	assert.Zero(t, b.Live())
+
+	// Errors that are not about memory do not match.
+	_, err = b.Allocate(-5)
+	assert.ErrorIs(t, err, cl.ErrInvalidBufferSize)
+	assert.False(t, errors.Is(err, allocator.ErrOutOfMemory), "a negative size is no out-of-memory")
+}
+
 func TestCountingFindsDoubleAndForeignFrees(t *testing.T) {
 	q := cltest.Queue(t)
 	d, err := allocator.NewDeferred(q.Context(), cl.MemReadWrite)

@@ -15,8 +15,19 @@
 // Two wrappers serve both as features and as the way to test what CPU
 // runtimes never report: Budget refuses allocations past a byte budget with
 // an error that matches cl.ErrMemObjectAllocationFailure, as a device that
-// ran out of memory would; Counting counts allocations and frees and
-// reports buffers freed twice or never.
+// ran out of memory would, and ErrOutOfMemory; Counting counts allocations
+// and frees and reports buffers freed twice or never.
+//
+// # Out of memory
+//
+// ErrOutOfMemory is the one sentinel for every out-of-memory refusal of
+// clpool: a pool's (mempool.ErrOutOfMemory is the same value), a Budget's
+// or an SVMBudget's, and an array's too large for the device's largest
+// buffer. Match it with errors.Is. The raw allocators return the runtime's
+// *cl.CallError as it is, which does not match it: a pool above reacts to
+// its status (cl.ErrMemObjectAllocationFailure, cl.ErrOutOfResources,
+// cl.ErrOutOfHostMemory) by freeing what it holds and retrying, and
+// refuses with its own out-of-memory error only if that fails.
 //
 // A buffer goes back through the allocator that handed it out: a Budget's
 // Free gives its bytes back to the budget, a Counting's counts the free.

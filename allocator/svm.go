@@ -143,7 +143,8 @@ func (a *ImmediateSVM) probe(s *cl.SVM) error {
 // SVMBudget wraps an SVMAllocator and refuses allocations that would take
 // the bytes it has live past a budget, as Budget does for buffers. A
 // refusal matches cl.ErrMemObjectAllocationFailure, as a device out of
-// memory would: CPU runtimes such as POCL never report one for SVM.
+// memory would: CPU runtimes such as POCL never report one for SVM. It
+// also matches ErrOutOfMemory, as a Budget's does.
 type SVMBudget struct {
 	inner  SVMAllocator
 	budget int64

@@ -146,6 +146,7 @@ func TestSVMBudget(t *testing.T) {
 	assert.Equal(t, int64(1<<19), b.Live())
 	_, err = b.Allocate(1<<19 + 1)
 	assert.ErrorIs(t, err, cl.ErrMemObjectAllocationFailure)
+	assert.ErrorIs(t, err, allocator.ErrOutOfMemory, "issue 21: the shared sentinel")
 	assert.ErrorContains(t, err, "clSVMAlloc")
 	assert.ErrorContains(t, err, "allocator.SVMBudget")
 	assert.Equal(t, int64(1<<19), b.Live(), "a refusal takes no bytes")

@@ -11,7 +11,8 @@ import (
 // Budget wraps an Allocator and refuses allocations that would take the
 // bytes it has live past a budget. A refusal matches
 // cl.ErrMemObjectAllocationFailure, as a device out of memory would, so a
-// pool above reacts to it as to a real out-of-memory. Use it to give a
+// pool above reacts to it as to a real out-of-memory; it also matches
+// ErrOutOfMemory, and unwraps to a *cl.CallError. Use it to give a
 // program a share of a device, and to test out-of-memory handling on CPU
 // runtimes, which never report it.
 type Budget struct {
@@ -59,14 +60,24 @@ func reserve(liveBytes *atomic.Int64, budget, size int64, call, who string) erro
 	for {
 		live := liveBytes.Load()
 		if room := budget - max(live, 0); size > room {
-			return &cl.CallError{Call: call, Status: cl.ErrMemObjectAllocationFailure,
-				Detail: fmt.Sprintf("%s: %d bytes would exceed the budget of %d (%d in use)", who, size, budget, live)}
+			return &refusal{&cl.CallError{Call: call, Status: cl.ErrMemObjectAllocationFailure,
+				Detail: fmt.Sprintf("%s: %d bytes would exceed the budget of %d (%d in use)", who, size, budget, live)}}
 		}
 		if liveBytes.CompareAndSwap(live, live+size) {
 			return nil
 		}
 	}
 }
+
+// refusal is the error of a Budget or an SVMBudget refusing a request:
+// the *cl.CallError of a device out of memory, with its message, which it
+// unwraps to (and so to cl.ErrMemObjectAllocationFailure), and a match for
+// ErrOutOfMemory.
+type refusal struct{ err *cl.CallError }
+
+func (r *refusal) Error() string        { return r.err.Error() }
+func (r *refusal) Unwrap() error        { return r.err }
+func (r *refusal) Is(target error) bool { return target == ErrOutOfMemory }
 
 // Free frees buf and returns its bytes to the budget.
 func (b *Budget) Free(buf *cl.Buffer) error {

@@ -1,13 +1,16 @@
 package array_test
 
 import (
+	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/array"
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
+	"github.com/clpool/clpool/mempool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -105,4 +108,52 @@ func TestArraysFreeThroughTheirAllocator(t *testing.T) {
 			assert.Zero(t, counts.BadFrees)
 		})
 	}
+}
+
+// Issue 21, item 1 (torch's test_raises_oom): an array larger than the
+// device's largest buffer, 4 TiB, fails as pool.Allocate of the same size
+// does, with an error matching the out-of-memory sentinels
+// (mempool.ErrOutOfMemory is allocator.ErrOutOfMemory), whichever
+// allocator the array was to come from; it still matches
+// cl.ErrInvalidBufferSize, names the call, and asks no allocator. A
+// negative length is no out-of-memory.
+func TestOverSizeArraysAreOutOfMemory(t *testing.T) {
+	q := cltest.Queue(t)
+	pool := newPool(t, q)
+	const tib4 = 4 << 40
+	require.Less(t, q.Device().MaxMemAllocSize, int64(tib4), "the device's largest buffer is under 4 TiB")
+
+	_, err := pool.Allocate(tib4)
+	require.ErrorIs(t, err, mempool.ErrOutOfMemory, "as the pool refuses it")
+	require.ErrorIs(t, err, allocator.ErrOutOfMemory)
+
+	calls := 0
+	raw := func(size int64) (*cl.Buffer, error) { calls++; return nil, errors.New("not to be asked") }
+	for _, c := range []struct {
+		name, prefix string
+		make         func() (any, error)
+	}{
+		{"Empty float32 from the pool", "array: Empty: ", func() (any, error) { return array.Empty[float32](q, tib4/4, pool.Allocate) }},
+		{"Empty float64 from a raw allocator", "array: Empty: ", func() (any, error) { return array.Empty[float64](q, tib4/8, raw) }},
+		{"Zeros uint32, default allocator", "array: Zeros: ", func() (any, error) { return array.Zeros[uint32](q, tib4/4, array.Alloc(nil)) }},
+		{"Full int32 whose bytes overflow int64", "array: Full: ", func() (any, error) { return array.Full[int32](q, math.MaxInt, 7, raw) }},
+		{"Arange float32 from the pool", "array: Arange: ", func() (any, error) { return array.Arange[float32](q, tib4/4, 0, 1, pool.Allocate) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			calls = 0
+			a, err := c.make()
+			assert.Nil(t, a)
+			require.ErrorIs(t, err, mempool.ErrOutOfMemory)
+			require.ErrorIs(t, err, allocator.ErrOutOfMemory)
+			require.ErrorIs(t, err, cl.ErrInvalidBufferSize, "as before")
+			assert.True(t, strings.HasPrefix(err.Error(), c.prefix), "%q names the call", err)
+			assert.Contains(t, err.Error(), "more than the device's largest buffer")
+			assert.Zero(t, calls, "the allocator was not asked")
+		})
+	}
+	assert.Zero(t, pool.ActiveBlocks())
+
+	_, err = array.Empty[float32](q, -1, raw)
+	require.ErrorIs(t, err, cl.ErrInvalidBufferSize)
+	assert.False(t, errors.Is(err, allocator.ErrOutOfMemory), "a negative length is a misuse, not an out-of-memory")
 }

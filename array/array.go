@@ -162,7 +162,9 @@ func elemSize[T Elem]() int64 {
 // default allocator (see SetDefaultAllocator). A negative n, or one whose
 // bytes exceed the device's largest buffer (MaxMemAllocSize), is an
 // error matching cl.ErrInvalidBufferSize, found before the allocator is
-// asked.
+// asked. One whose bytes exceed the largest buffer also matches
+// allocator.ErrOutOfMemory (and so mempool.ErrOutOfMemory, the same
+// value), as a pool's refusal of that size does: no device could hold it.
 func Empty[T Elem, B Block](q *cl.CommandQueue, n int, alloc func(int64) (B, error)) (*Array[T], error) {
 	return newArray[T]("Empty", q, n, adapt(alloc))
 }
@@ -197,7 +199,8 @@ func newArray[T Elem](op string, q *cl.CommandQueue, n int, alloc Alloc) (*Array
 
 // byteSize returns the bytes of n elements of T, or an error matching
 // cl.ErrInvalidBufferSize for a negative n, or for one whose bytes exceed
-// the largest buffer of q's device. The comparison divides rather than
+// the largest buffer of q's device; the latter also matches
+// allocator.ErrOutOfMemory. The comparison divides rather than
 // multiplies: n·size can overflow int64 (n = 1<<61 float64 elements is 0
 // bytes in int64 arithmetic).
 func byteSize[T Elem](q *cl.CommandQueue, n int) (int64, error) {
@@ -209,11 +212,21 @@ func byteSize[T Elem](q *cl.CommandQueue, n int) (int64, error) {
 		largest = d.MaxMemAllocSize
 	}
 	if int64(n) > largest/elemSize[T]() {
-		return 0, fmt.Errorf("%d %T elements are more than the device's largest buffer (%d bytes) holds: %w",
-			n, *new(T), largest, cl.ErrInvalidBufferSize)
+		return 0, outOfMemory{fmt.Errorf("%d %T elements are more than the device's largest buffer (%d bytes) holds: %w",
+			n, *new(T), largest, cl.ErrInvalidBufferSize)}
 	}
 	return int64(n) * elemSize[T](), nil
 }
+
+// outOfMemory is byteSize's error for a length too large for the device:
+// err, with its message, that also matches allocator.ErrOutOfMemory (and
+// so mempool.ErrOutOfMemory, the same value), as pool.Allocate's refusal
+// of the same size does.
+type outOfMemory struct{ err error }
+
+func (e outOfMemory) Error() string        { return e.err.Error() }
+func (e outOfMemory) Unwrap() error        { return e.err }
+func (e outOfMemory) Is(target error) bool { return target == allocator.ErrOutOfMemory }
 
 // allocate asks alloc for size bytes for an array on q, and returns the
 // block as the array keeps it.

@@ -90,7 +90,11 @@
 // Lengths are checked before the allocator is asked: a negative length, or
 // one whose bytes exceed the device's largest buffer (MaxMemAllocSize; also
 // where they would overflow int64), is an error matching
-// cl.ErrInvalidBufferSize. A nil *Array is an error (ErrNilArray) for
+// cl.ErrInvalidBufferSize. A length too large for the device also matches
+// allocator.ErrOutOfMemory, which is mempool.ErrOutOfMemory, as a pool's
+// refusal of the same size does (torch raises its OutOfMemoryError there
+// too); so does a refusal of the allocator, a pool's or a Budget's, which
+// the error of the call wraps. A nil *Array is an error (ErrNilArray) for
 // every call that returns one, and a nil queue one matching
 // cl.ErrInvalidCommandQueue. Errors say "array:" once, then the call that
 // failed and, where it takes several arrays, the operand, as in

@@ -4,14 +4,19 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+
+	"github.com/clpool/clpool/allocator"
 )
 
 // Sentinel errors. Match them with errors.Is.
 var (
 	// ErrOutOfMemory matches every *OutOfMemoryError: the pool's limit
 	// refused a request, or the device ran out of memory after the pool had
-	// freed everything it held.
-	ErrOutOfMemory = errors.New("mempool: out of memory")
+	// freed everything it held, or the request is larger than the device's
+	// largest buffer. It is allocator.ErrOutOfMemory, the same value, so
+	// that either sentinel matches every out-of-memory refusal of clpool:
+	// a pool's, an allocator.Budget's, an array's too large for the device.
+	ErrOutOfMemory = allocator.ErrOutOfMemory
 	// ErrClosed is returned by Close of a PooledBuffer already closed.
 	ErrClosed = errors.New("mempool: buffer already closed")
 	// ErrPoolClosed is returned by Allocate on a closed Pool.
@@ -115,7 +120,8 @@ func (e *OutOfMemoryError) Error() string {
 	return s
 }
 
-// Is reports whether target is ErrOutOfMemory.
+// Is reports whether target is ErrOutOfMemory, which is
+// allocator.ErrOutOfMemory.
 func (e *OutOfMemoryError) Is(target error) bool { return target == ErrOutOfMemory }
 
 // Unwrap returns the allocator's error.

@@ -34,6 +34,8 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
+	"math/bits"
 	"os"
 	"slices"
 	"strconv"
@@ -286,16 +288,21 @@ func (t *Writer) Flush() error {
 // Summary is what a trace asks of an allocator.
 type Summary struct {
 	Allocs, Frees int
-	PeakLiveBytes int64 // the most bytes live at once
+	PeakLiveBytes int64 // the most bytes live at once; math.MaxInt64 if more
 	Leaked        int   // blocks allocated and never freed
 	Sizes         int   // distinct sizes allocated
 }
 
 // Summarize counts a trace's events, its distinct sizes and its peak
-// live bytes.
+// live bytes. The peak saturates at math.MaxInt64: a trace whose live
+// bytes pass it (events built by hand, sizes near math.MaxInt64) reports
+// math.MaxInt64, never a wrapped figure. The live bytes are kept exactly
+// on the way, past math.MaxInt64 too, so that the frees after such a peak
+// bring them back down to the right figure. The counts are of events and
+// cannot overflow.
 func Summarize(events []Event) Summary {
 	var s Summary
-	var live int64
+	var live wide
 	sizes := map[int64]int64{}
 	distinct := map[int64]bool{}
 	for _, ev := range events {
@@ -304,16 +311,49 @@ func Summarize(events []Event) Summary {
 			s.Allocs++
 			sizes[ev.ID] = ev.Size
 			distinct[ev.Size] = true
-			live += ev.Size
-			s.PeakLiveBytes = max(s.PeakLiveBytes, live)
+			live.add(ev.Size)
+			s.PeakLiveBytes = max(s.PeakLiveBytes, live.saturated())
 		case Free:
 			s.Frees++
-			live -= sizes[ev.ID]
+			live.sub(sizes[ev.ID])
 			delete(sizes, ev.ID)
 		}
 	}
 	s.Leaked, s.Sizes = len(sizes), len(distinct)
 	return s
+}
+
+// wide is a 128-bit two's-complement integer, hi·2^64 + lo: Summarize's
+// running sum of live bytes, which 2^63 events of any int64 size cannot
+// overflow.
+type wide struct {
+	hi int64
+	lo uint64
+}
+
+// add adds x to w.
+func (w *wide) add(x int64) {
+	var carry uint64
+	w.lo, carry = bits.Add64(w.lo, uint64(x), 0)
+	w.hi += x>>63 + int64(carry) // x>>63 is x's sign extension: 0 or -1
+}
+
+// sub subtracts x from w (-x would wrap for math.MinInt64).
+func (w *wide) sub(x int64) {
+	var borrow uint64
+	w.lo, borrow = bits.Sub64(w.lo, uint64(x), 0)
+	w.hi -= x>>63 + int64(borrow)
+}
+
+// saturated returns w clamped to the int64 range.
+func (w wide) saturated() int64 {
+	switch {
+	case w.hi > 0 || w.hi == 0 && w.lo > math.MaxInt64:
+		return math.MaxInt64
+	case w.hi < -1 || w.hi == -1 && w.lo <= math.MaxInt64:
+		return math.MinInt64
+	}
+	return int64(w.lo)
 }
 
 // Replay runs the events through alloc and free, keeping each block's

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -192,4 +193,64 @@ func TestReplayFreesWhatTheTraceLeavesLiveInIDOrder(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []int64{20, 40, 10, 30}, freed, "block 2 by the trace, then 1, 5, 9")
 	assert.Equal(t, trace.Summary{Allocs: 4, Frees: 1, PeakLiveBytes: 100, Leaked: 3, Sizes: 4}, trace.Summarize(events))
+}
+
+// Issue 21, item 2: Summarize's running live bytes and peak saturate at
+// math.MaxInt64 rather than wrap to a negative or small figure, and the
+// live bytes stay exact past it, so that frees bring them back down.
+func TestSummarizeSaturates(t *testing.T) {
+	const huge = math.MaxInt64 - 10
+	for _, c := range []struct {
+		name   string
+		events []trace.Event
+		peak   int64
+	}{
+		{"two near-MaxInt64 blocks", []trace.Event{
+			{Op: trace.Alloc, ID: 1, Size: huge},
+			{Op: trace.Alloc, ID: 2, Size: huge},
+		}, math.MaxInt64},
+		{"many MaxInt64 blocks", []trace.Event{
+			{Op: trace.Alloc, ID: 1, Size: math.MaxInt64},
+			{Op: trace.Alloc, ID: 2, Size: math.MaxInt64},
+			{Op: trace.Alloc, ID: 3, Size: math.MaxInt64},
+			{Op: trace.Alloc, ID: 4, Size: math.MaxInt64},
+		}, math.MaxInt64},
+		{"exactly MaxInt64 does not saturate early", []trace.Event{
+			{Op: trace.Alloc, ID: 1, Size: huge},
+			{Op: trace.Alloc, ID: 2, Size: 10},
+		}, math.MaxInt64},
+		{"one byte short of MaxInt64", []trace.Event{
+			{Op: trace.Alloc, ID: 1, Size: huge},
+			{Op: trace.Alloc, ID: 2, Size: 9},
+		}, math.MaxInt64 - 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := trace.Summarize(c.events)
+			assert.Equal(t, c.peak, s.PeakLiveBytes)
+			assert.Equal(t, len(c.events), s.Allocs)
+		})
+	}
+
+	// Past the saturation, frees count exactly: after freeing the two huge
+	// blocks, 100 bytes are live, and a later 200-byte allocation makes
+	// 300, which does not raise the saturated peak; a wrapped sum would
+	// have left the live bytes off by 2^64 or the peak negative.
+	events := []trace.Event{
+		{Op: trace.Alloc, ID: 1, Size: 100},
+		{Op: trace.Alloc, ID: 2, Size: huge},
+		{Op: trace.Alloc, ID: 3, Size: huge},
+		{Op: trace.Free, ID: 2},
+		{Op: trace.Free, ID: 3},
+		{Op: trace.Alloc, ID: 4, Size: 200},
+	}
+	assert.Equal(t, trace.Summary{Allocs: 4, Frees: 2, PeakLiveBytes: math.MaxInt64, Leaked: 2, Sizes: 3}, trace.Summarize(events))
+	// The same in a trace of its own, without the huge blocks live at
+	// once: the peak is exact.
+	events = []trace.Event{
+		{Op: trace.Alloc, ID: 1, Size: huge},
+		{Op: trace.Free, ID: 1},
+		{Op: trace.Alloc, ID: 2, Size: huge},
+		{Op: trace.Alloc, ID: 3, Size: 5},
+	}
+	assert.Equal(t, int64(huge+5), trace.Summarize(events).PeakLiveBytes)
 }
