@@ -33,15 +33,15 @@ type PooledBuffer struct {
 	pool *Pool
 	blk  *block  // its segment, offset and size; kept after Close, for Size
 	size int64   // the requested size, or ^size once closed (see closedMark)
-	q    *qstate // the queue it is for; nil if none
+	q    *qstate // the queue it is for; the pool's host if none
 }
 
 // slabSize is how many PooledBuffers a pool without drop safety
 // allocates at once: 32 of 32 bytes fill the 1024-byte size class.
 const slabSize = 32
 
-// newPooledBuffer returns what an Allocate hands out, for handOutLocked to
-// ready: with drop safety, a new PooledBuffer, allocated before the pool's
+// newPooledBuffer returns what an Allocate hands out, for the core's
+// handOut (or the queue cache) to ready: with drop safety, a new PooledBuffer, allocated before the pool's
 // lock is taken (allocations on different cores do not wait for each
 // other); without, nil.
 func (p *Pool) newPooledBuffer() *PooledBuffer {
@@ -49,44 +49,6 @@ func (p *Pool) newPooledBuffer() *PooledBuffer {
 		return new(PooledBuffer)
 	}
 	return nil
-}
-
-// handOutLocked readies pb, from newPooledBuffer, to be handed out. With
-// drop safety, it sets pb's finalizer. It does so under p.mu on purpose: the
-// runtime keeps finalizer records under one global lock of its own, which
-// costs far more when goroutines contend for it than when p.mu lines them
-// up (put clears the finalizer under p.mu too; see BENCHMARKS.md).
-//
-// Without drop safety, it returns a PooledBuffer from the pool's slab, so
-// that Allocate allocates nothing 41 times out of 42. Each one is handed
-// out once, never reused: a stale pointer still sees its own Close. A slab
-// stays in memory while any of its PooledBuffers is reachable (1 KiB).
-// p.mu must be held.
-func (p *Pool) handOutLocked(pb *PooledBuffer) *PooledBuffer {
-	if pb != nil {
-		runtime.SetFinalizer(pb, (*PooledBuffer).reclaim)
-		return pb
-	}
-	if len(p.slab) == 0 {
-		p.slab = make([]PooledBuffer, slabSize)
-	}
-	pb = &p.slab[0]
-	p.slab = p.slab[1:]
-	return pb
-}
-
-// wrap fills in pb, from handOutLocked, to hand out block b for a request
-// of size bytes. If a malloc_after hook panics, the block goes back to the
-// pool and the request fails with the panic.
-func (p *Pool) wrap(hooks hookList, pb *PooledBuffer, b *block, size int64, r *qstate) (*PooledBuffer, error) {
-	*pb = PooledBuffer{pool: p, blk: b, size: size, q: r}
-	if hooks != nil {
-		if err := p.emit(hooks, pb.event(MallocAfter, b)); err != nil {
-			_ = p.putBack(pb, false)
-			return nil, err
-		}
-	}
-	return pb, nil
 }
 
 // ID returns the buffer's block id, as hooks see it: unique among the
@@ -169,9 +131,9 @@ func (b *PooledBuffer) Size() int64 {
 func (b *PooledBuffer) Closed() bool { return b.closedMark() < 0 }
 
 // closedMark returns the size field, negative once closed. Close marks
-// it under the lock of the buffer's queue's cache, with a plain store, or,
-// for a buffer of no queue, with a compare-and-swap (see give), so that
-// of two racing Closes one wins. The load is atomic for the latter.
+// it under the lock of the buffer's queue's cache (see give), so that of
+// two racing Closes one wins; the field is read and written atomically
+// everywhere but under that lock.
 func (b *PooledBuffer) closedMark() int64 { return atomic.LoadInt64(&b.size) }
 
 // Close gives the block back to the pool. A second Close returns ErrClosed.
@@ -188,7 +150,7 @@ func (b *PooledBuffer) Close() error {
 // unreachable, so nothing else can close it meanwhile.
 func (b *PooledBuffer) reclaim() {
 	p := b.pool
-	p.mu.Lock()
+	p.lock()
 	p.l.reclaimed()
 	p.mu.Unlock()
 	_ = p.put(b)

@@ -62,9 +62,11 @@
 // call: the queue runs its commands in order. Taken by another queue, or
 // by an out-of-order queue (even its own), it is ordered on the device: a
 // marker on each queue that may still use it, enqueued then (not at
-// Close) and shared by every block given back there before it, and a
-// barrier on the marker in the asking queue. A marker seen complete needs
-// no barrier; the pool never waits on the host for a queue to hand a
+// Close) and shared by every block given back there before it, and one
+// barrier in the asking queue that waits on every such marker (one
+// barrier per marker is not enough: POCL's out-of-order queues honour only
+// the last of two barriers in a row). A marker seen complete needs no
+// waiting; the pool never waits on the host for a queue to hand a
 // block over (only before it frees SVM, below), never calls clFinish.
 // Requests prefer a block that only their queue may still use.
 // pool.Allocate allocates on the allocator's queue (allocator.Immediate's);

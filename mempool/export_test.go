@@ -2,4 +2,4 @@ package mempool
 
 // WithoutQueueCaches makes a pool whose queues cache no blocks, so that
 // tests can compare the two and order reuse through the policy itself.
-func WithoutQueueCaches() Option { return func(p *Pool) { p.noCaches = true } }
+func WithoutQueueCaches() Option { return func(c *config) { c.noCaches = true } }

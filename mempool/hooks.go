@@ -133,9 +133,9 @@ func callHook(h Hook, e Event) (err error) {
 
 // mallocFailed tells the hooks of a failed Allocate and returns its error
 // (joined with a hook's panic, if one panicked).
-func (p *Pool) mallocFailed(hooks hookList, size int64, err error) error {
-	if hooks != nil {
-		if herr := p.emit(hooks, Event{Kind: MallocAfter, Size: size, AllocSize: p.blockSize(size), Err: err}); herr != nil {
+func (p *Pool) mallocFailed(req *request, err error) error {
+	if req.hooks != nil {
+		if herr := p.emit(req.hooks, Event{Kind: MallocAfter, Size: req.size, AllocSize: p.blockSize(req.size), Err: err}); herr != nil {
 			return errors.Join(err, herr)
 		}
 	}

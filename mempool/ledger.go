@@ -3,14 +3,15 @@ package mempool
 import "github.com/clpool/clpool/mempool/internal/policy"
 
 // ledger is the pool's counters and the one place that changes them. The
-// pool calls every method with p.mu held; the policies count nothing.
+// core calls every method, with p.mu held; the policies count nothing.
 type ledger struct {
 	s          Stats
 	split      [2]int   // the policy's inactive splits, small and large, as last synced
 	splitBytes [2]int64 // and their bytes
 
-	segs    map[*segment]int64 // every segment the pool owns, with its ID (for Snapshot)
-	lastSeg int64              // the last ID given
+	inflight int64              // bytes reserved for segments being allocated (see reserve)
+	segs     map[*segment]int64 // every segment the pool owns, with its ID (for Snapshot)
+	lastSeg  int64              // the last ID given
 
 	// The blocks in queue caches (qcache.go; all small), and those of
 	// them that are inactive splits: held blocks the policy does not see.
@@ -27,7 +28,7 @@ func (l *ledger) hit(b *block, size int64) {
 // request counts a request on queue r (nil: none) and whether a held
 // block served it.
 func (l *ledger) request(r *qstate, hit bool) {
-	if r == nil {
+	if r.id == 0 {
 		return
 	}
 	q := &l.s.Queues[r.id-1]
@@ -37,19 +38,19 @@ func (l *ledger) request(r *qstate, hit bool) {
 	}
 }
 
-// handedOver counts a block handed to queue r (nil: none) after the
+// handedOver counts a block handed to queue r (id 0: none) after the
 // fences fs.
 func (l *ledger) handedOver(r *qstate, fs []fenced) {
-	if r != nil {
+	if r.id != 0 {
 		l.s.Queues[r.id-1].Handovers++
 	}
 	for _, f := range fs {
 		l.s.Queues[f.from.id-1].Markers += f.marked
 		switch {
-		case f.ready && r != nil:
+		case f.ready && r.id != 0:
 			l.s.Queues[r.id-1].Ready++
 		case f.ready:
-		case r != nil:
+		case r.id != 0:
 			l.s.Queues[r.id-1].Barriers++
 		default:
 			l.s.Queues[f.from.id-1].HostWaits++
@@ -82,17 +83,22 @@ func (l *ledger) deactivate(b *block, size int64) {
 	}
 }
 
-// reserve counts a segment's bytes as managed before it is allocated, so
-// that concurrent misses cannot pass the limit together; unreserve takes
-// the reservation back when the allocation fails.
-func (l *ledger) reserve(seg *segment)   { l.s.ReservedBytes.add(!seg.Small, seg.Size) }
-func (l *ledger) unreserve(seg *segment) { l.s.ReservedBytes.sub(!seg.Small, seg.Size) }
+// reserve counts a segment's bytes as in flight before it is allocated,
+// so that concurrent misses cannot pass the limit together; unreserve
+// takes the reservation back when the allocation fails, or when the pool
+// decides again. Bytes in flight are not managed yet: no statistic shows
+// them until segmentAdded.
+func (l *ledger) reserve(seg *segment)   { l.inflight += seg.Size }
+func (l *ledger) unreserve(seg *segment) { l.inflight -= seg.Size }
 
 // reserved returns the managed bytes, allocations in flight included.
-func (l *ledger) reserved() int64 { return l.s.ReservedBytes.current() }
+func (l *ledger) reserved() int64 { return l.s.ReservedBytes.current() + l.inflight }
 
-// segmentAdded counts a device allocation, already reserved.
+// segmentAdded counts a device allocation, reserved before: its bytes
+// are managed now.
 func (l *ledger) segmentAdded(seg *segment) {
+	l.inflight -= seg.Size
+	l.s.ReservedBytes.add(!seg.Small, seg.Size)
 	if l.segs == nil {
 		l.segs = map[*segment]int64{}
 	}
@@ -109,18 +115,17 @@ func (l *ledger) segmentAdded(seg *segment) {
 func (l *ledger) segmentRemoved(seg *segment) {
 	delete(l.segs, seg)
 	l.s.Segment.sub(!seg.Small, 1)
-	l.unreserve(seg)
+	l.s.ReservedBytes.sub(!seg.Small, seg.Size)
 	if seg.Oversize {
 		l.s.OversizeSegments.sub(1)
 	}
 }
 
-// deviceFreed counts a buffer given back to the allocator.
-func (l *ledger) deviceFreed(err error) {
-	l.s.DeviceFrees++
-	if err != nil {
-		l.s.FreeErrors++
-	}
+// deviceFreed counts buffers given back to the allocator, and those of
+// them whose Free failed.
+func (l *ledger) deviceFreed(freed, failed int) {
+	l.s.DeviceFrees += int64(freed)
+	l.s.FreeErrors += int64(failed)
 }
 
 func (l *ledger) reclaimed()  { l.s.Reclaimed++ }
@@ -155,10 +160,12 @@ func (l *ledger) flush(d *qdelta, r *qstate) {
 	hits := d.allocation.added
 	cached := d.allocation.freed - hits // blocks into the cache, less those out
 	l.s.Hits += hits
-	q := &l.s.Queues[r.id-1]
-	q.Requests += hits
-	q.Hits += hits
-	q.Cached += cached
+	if r.id != 0 {
+		q := &l.s.Queues[r.id-1]
+		q.Requests += hits
+		q.Hits += hits
+		q.Cached += cached
+	}
 	l.s.Allocation.apply(d.allocation)
 	l.s.AllocatedBytes.apply(d.allocated)
 	l.s.RequestedBytes.apply(d.requested)
@@ -181,7 +188,9 @@ func (l *ledger) uncache(b *block, r *qstate) {
 		l.cachedSplit--
 		l.cachedSplitBytes -= b.Size
 	}
-	l.s.Queues[r.id-1].Cached--
+	if r.id != 0 {
+		l.s.Queues[r.id-1].Cached--
+	}
 }
 
 // resetPeak sets every peak to its current value, as

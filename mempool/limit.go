@@ -3,13 +3,13 @@ package mempool
 import (
 	"fmt"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 )
 
-// This file is the pool's limit: the options that set it, the environment
-// variable, parsing, and SetLimit. reserve (pool.go) enforces it.
+// This file is the pool's limit: the environment variable, parsing, and
+// SetLimit. WithLimit and WithLimitFraction (options.go) set it; the core
+// enforces it when it reserves a segment (core.go).
 
 // LimitEnv is the environment variable that sets the limit of a pool made
 // without WithLimit or WithLimitFraction, as CUPY_GPU_MEMORY_LIMIT does
@@ -18,18 +18,9 @@ import (
 // fails on a value it cannot parse.
 const LimitEnv = "CLPOOL_MEMORY_LIMIT"
 
-// WithLimitFraction caps the pool's managed bytes at a fraction of the
-// device's global memory (CL_DEVICE_GLOBAL_MEM_SIZE), as torch's
-// set_per_process_memory_fraction does. The fraction is in (0, 1]; New
-// fails if the allocator does not say its device. It replaces a WithLimit
-// given before it, and the other way round.
-func WithLimitFraction(f float64) Option {
-	return func(p *Pool) { p.limitFrac, p.byFrac, p.limit, p.limitSet = f, true, 0, true }
-}
-
 // Limit returns the pool's limit in bytes; 0 if none.
 func (p *Pool) Limit() int64 {
-	p.mu.Lock()
+	p.lock()
 	defer p.mu.Unlock()
 	return p.limit
 }
@@ -44,51 +35,14 @@ func (p *Pool) SetLimit(bytes int64) error {
 	if bytes < 0 {
 		return fmt.Errorf("mempool: SetLimit(%d): negative limit", bytes)
 	}
-	p.mu.Lock()
+	p.lock()
 	p.limit = bytes
 	p.l.s.Limit = bytes
 	p.mu.Unlock()
 	if bytes == 0 {
 		return nil
 	}
-	return p.freeHeldWhile(func() bool { return p.l.reserved() > bytes })
-}
-
-// resolveLimit sets p.limit from WithLimitFraction or, when no option set
-// a limit, from LimitEnv.
-func (p *Pool) resolveLimit() error {
-	if !p.limitSet {
-		v, ok := os.LookupEnv(LimitEnv)
-		if !ok || strings.TrimSpace(v) == "" {
-			return nil
-		}
-		n, err := parseLimit(v, p.globalMem())
-		if err != nil {
-			return fmt.Errorf("mempool: New: %s=%q: %w", LimitEnv, v, err)
-		}
-		p.limit = n
-		return nil
-	}
-	if !p.byFrac {
-		return nil // WithLimit
-	}
-	if !(p.limitFrac > 0 && p.limitFrac <= 1) {
-		return fmt.Errorf("mempool: New: limit fraction %v outside (0, 1]", p.limitFrac)
-	}
-	total := p.globalMem()
-	if total == 0 {
-		return fmt.Errorf("mempool: New: a limit fraction needs the device's memory size, and the allocator does not say its device")
-	}
-	p.limit = max(int64(p.limitFrac*float64(total)), 1)
-	return nil
-}
-
-// globalMem returns the device's global memory, 0 if unknown.
-func (p *Pool) globalMem() int64 {
-	if p.device == nil {
-		return 0
-	}
-	return p.device.GlobalMemSize
+	return p.freeHeldWhile(func() bool { return p.l.reserved() > bytes }) // under p.mu
 }
 
 // units are the suffixes parseLimit knows, longest first within a prefix.

@@ -52,14 +52,6 @@ type placement interface {
 	TakeStale(dst []mem) []mem
 }
 
-// newPlacement returns the policy p's options ask for.
-func (p *Pool) newPlacement() placement {
-	if !p.arena {
-		return policy.NewBins[mem](p.leadingBits)
-	}
-	return policy.NewArenas[mem](p.align, p.leadingBits, p.maxSplit, policy.DefaultPreferredSegment)
-}
-
 // blockSizeOf is p.pol.BlockSize(size) without the interface call, for
 // the queue caches' hot path: the policies' own functions, called
 // directly.

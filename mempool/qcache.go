@@ -34,7 +34,8 @@ import (
 // which lines up the finalizers of the queue's goroutines as p.mu does
 // on the pool's own path (see handOutLocked).
 //
-// Lock order: a queue's c.mu, then p.mu; never the other way.
+// Lock order: a queue's c.mu, then p.mu; never the other way. A request
+// on no queue uses p.host's cache, as a queue's.
 
 // Limits of a queue's cache.
 const (
@@ -152,7 +153,7 @@ func (p *Pool) allocateCached(size int64, r *qstate, pb *PooledBuffer) *PooledBu
 		copy(c.blocks[i:], c.blocks[i+1:])
 	}
 	c.blocks[last] = nil       // no stale pointer past the end
-	c.blocks = c.blocks[:last] // b.Uses is empty: see putCachedLocked
+	c.blocks = c.blocks[:last] // b.Uses is empty: see putCached
 	if pb != nil {
 		runtime.SetFinalizer(pb, (*PooledBuffer).reclaim)
 	} else {
@@ -165,16 +166,16 @@ func (p *Pool) allocateCached(size int64, r *qstate, pb *PooledBuffer) *PooledBu
 	*pb = PooledBuffer{pool: p, blk: b, size: size, q: r}
 	b.Requested, b.Owner = size, uint64(uintptr(unsafe.Pointer(pb))) // b.Queue is r already
 	c.d.hit(b, size)
-	p.flushIfDueLocked(r)
+	p.flushIfDue(r)
 	c.mu.Unlock()
 	return pb
 }
 
-// putCachedLocked gives pb's block, of a request of size, back into the
+// putCached gives pb's block, of a request of size, back into the
 // cache of pb's queue, and reports whether it did; with drop safety, it
 // clears pb's finalizer. The caller holds the cache's lock, marked pb
 // closed and checked that hooks are off.
-func (p *Pool) putCachedLocked(pb *PooledBuffer, size int64) bool {
+func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 	r, b := pb.q, pb.blk
 	c := &r.c
 	if !p.caching.Load() || r.ooo || !b.Seg.Small || b.Size > cacheMaxBlock || b.Seg.Oversize || b.Seg.Exact ||
@@ -188,29 +189,30 @@ func (p *Pool) putCachedLocked(pb *PooledBuffer, size int64) bool {
 	// reuses it in order. drainCaches records r's use when b leaves.
 	c.blocks = append(c.blocks, b)
 	c.d.put(b, size)
-	p.flushIfDueLocked(r)
+	p.flushIfDue(r)
 	return true
 }
 
-// flushIfDueLocked brings r's cache's sums into the ledger once they
-// cover flushOps operations. r.c.mu must be held. It is small enough to
-// be inlined, so that the hot path pays a comparison, not a call.
-func (p *Pool) flushIfDueLocked(r *qstate) {
+// flushIfDue brings r's cache's sums into the ledger once they cover
+// flushOps operations. r.c.mu must be held. It is small enough to be
+// inlined, so that the hot path pays a comparison, not a call.
+func (p *Pool) flushIfDue(r *qstate) {
 	if r.c.d.ops() >= flushOps {
-		p.flushLocked(r)
+		p.flushCache(r)
 	}
 }
 
-// flushLocked is flushIfDueLocked's work.
-func (p *Pool) flushLocked(r *qstate) {
-	p.mu.Lock()
-	p.replayLocked(r)
+// flushCache brings r's cache's sums into the ledger: it takes p.mu for
+// replay. r.c.mu must be held.
+func (p *Pool) flushCache(r *qstate) {
+	p.lock()
+	p.replay(r)
 	p.mu.Unlock()
 }
 
-// replayLocked brings r's cache's sums into the ledger. r.c.mu and p.mu
-// must be held.
-func (p *Pool) replayLocked(r *qstate) {
+// replay brings r's cache's sums into the ledger. r.c.mu and p.mu must
+// be held.
+func (p *Pool) replay(r *qstate) {
 	if r.c.d.ops() == 0 {
 		return
 	}
@@ -219,31 +221,31 @@ func (p *Pool) replayLocked(r *qstate) {
 	p.l.sync(p.pol.Counts())
 }
 
-// lockReplayed takes p.mu for an operation on queue r (nil: none), with
-// r's cache's sums in the ledger first, so that the ledger sees the
+// lockReplayed takes p.mu for an operation on queue r (p.host: none),
+// with r's cache's sums in the ledger first, so that the ledger sees the
 // queue's operations in order. Once caching is off, the caches were
 // drained (see StopHolding) and there is nothing to bring in.
 func (p *Pool) lockReplayed(r *qstate) {
-	if r == nil || p.cachesGone.Load() {
-		p.mu.Lock()
+	if p.cachesGone.Load() {
+		p.lock()
 		return
 	}
 	r.c.mu.Lock()
-	p.mu.Lock()
-	p.replayLocked(r)
+	p.lock()
+	p.replay(r)
 	r.c.mu.Unlock()
 }
 
-// queueList returns the pool's queues.
-func (p *Pool) queueList() []*qstate {
-	p.mu.Lock()
+// cacheList returns every queue cache: p.host's and each queue's.
+func (p *Pool) cacheList() []*qstate {
+	p.lock()
 	defer p.mu.Unlock()
-	return p.queues
+	return p.caches
 }
 
 // replayAll brings every queue's cache's sums into the ledger.
 func (p *Pool) replayAll() {
-	for _, qs := range p.queueList() {
+	for _, qs := range p.cacheList() {
 		p.lockReplayed(qs)
 		p.mu.Unlock()
 	}
@@ -256,21 +258,23 @@ func (p *Pool) drainCaches() (moved bool) {
 	if p.cachesGone.Load() {
 		return false // caching is off for good and the caches are empty: nothing to lock
 	}
-	for _, qs := range p.queueList() {
+	for _, qs := range p.cacheList() {
 		qs.c.mu.Lock()
 		if len(qs.c.blocks) == 0 && qs.c.d.ops() == 0 {
 			qs.c.mu.Unlock()
 			continue
 		}
-		p.mu.Lock()
-		p.replayLocked(qs)
+		p.lock()
+		p.replay(qs)
 		var gone []*segment
 		// Each block records r's use now, not at its Close: a marker
 		// started after now follows the Close too, so ordering stays
 		// right, at the price, at most, of a newer marker.
 		seq := qs.seq.Load()
 		for _, b := range qs.c.blocks {
-			b.Uses = append(b.Uses, policy.Use{Queue: qs.id, Seq: seq})
+			if qs.id != 0 {
+				b.Uses = append(b.Uses, policy.Use{Queue: qs.id, Seq: seq})
+			}
 			p.l.uncache(b, qs)
 			if s := p.pol.Put(b); s != nil {
 				gone = append(gone, s)
@@ -279,7 +283,7 @@ func (p *Pool) drainCaches() (moved bool) {
 		moved = moved || len(qs.c.blocks) > 0
 		clear(qs.c.blocks)
 		qs.c.blocks = qs.c.blocks[:0]
-		stale := p.forgetLocked(gone...)
+		stale := p.forget(gone...)
 		p.mu.Unlock()
 		qs.c.mu.Unlock()
 		_ = p.freeSegments(gone, stale) // none today: cached blocks are never exact-size
@@ -292,15 +296,15 @@ func (p *Pool) drainCaches() (moved bool) {
 // unlockCaches undoes it.
 func (p *Pool) lockCaches() ([]*qstate, map[*block]bool) {
 	for {
-		qs := p.queueList()
+		qs := p.cacheList()
 		for _, q := range qs {
 			q.c.mu.Lock()
 		}
-		p.mu.Lock()
-		if len(p.queues) == len(qs) {
+		p.lock()
+		if len(p.caches) == len(qs) {
 			cached := map[*block]bool{}
 			for _, q := range qs {
-				p.replayLocked(q)
+				p.replay(q)
 				for _, b := range q.c.blocks {
 					cached[b] = true
 				}

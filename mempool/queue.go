@@ -14,11 +14,13 @@ import (
 // This file orders reuse across command queues. A block given back
 // remembers the queues whose commands may still use it (policy.Use); a
 // request on another queue (or on an out-of-order one) waits for them on
-// the device: a marker on the old queue, enqueued at the handover rather
-// than at Close so that a Close costs no OpenCL call, and a barrier on
-// that marker in the new queue. A marker covers every block given back on
-// its queue before it, so one serves many handovers, and once it is seen
-// complete (polled, never waited for) handovers need no barrier at all.
+// the device: a marker on each old queue, enqueued at the handover rather
+// than at Close so that a Close costs no OpenCL call, and one barrier in
+// the new queue that waits on every such marker (not a barrier per marker:
+// POCL's out-of-order queues honour only the last of two barriers in a
+// row). A marker covers every block given back on its queue before it,
+// so one serves many handovers, and once it is seen complete (polled,
+// never waited for) a handover needs no barrier for it at all.
 
 // ErrQueueMismatch is returned for a queue that is not of the pool's
 // context.
@@ -113,20 +115,16 @@ func (p *Pool) queueState(q *cl.CommandQueue) (*qstate, error) {
 	if ctx := p.context(); ctx != nil && q.Context() != ctx {
 		return nil, ErrQueueMismatch
 	}
-	p.mu.Lock()
+	p.lock()
 	defer p.mu.Unlock()
 	for _, qs := range p.queues {
 		if qs.q == q {
 			return qs, nil
 		}
 	}
-	qs := &qstate{q: q, id: int32(len(p.queues) + 1), ooo: q.Properties()&cl.QueueOutOfOrder != 0}
-	// The cache's array has its full size at once: 128 bytes, a size
-	// class whose objects fill two cache lines of their own, so that no
-	// other queue's cache writes its lines (a small array grown by append
-	// can share a line with another queue's).
-	qs.c.blocks = make([]*block, 0, cacheBlocks)
+	qs := newQstate(q, int32(len(p.queues)+1))
 	p.queues = append(p.queues, qs)
+	p.caches = append(p.caches, qs)
 	p.l.s.Queues = append(p.l.s.Queues, QueueStats{Queue: q})
 	return qs, nil
 }
@@ -153,28 +151,130 @@ func handover(b *block, r *qstate) []policy.Use {
 
 // order makes r wait, on the device, for the commands of uses (from
 // handover); with r nil (a request on no queue), the host waits. It
-// returns what each fence did, for the ledger. Called without p.mu.
+// returns what each fence did, for the ledger: one fenced per queue
+// waited for (the latest of its uses). Called without p.mu.
+//
+// A handover that waits for the markers of several queues (several old
+// queues, or an out-of-order r's own and another's) waits for all of them
+// in one barrier: POCL's out-of-order queues honour only the last of two
+// barriers enqueued one after the other, so a barrier per marker let a
+// command after them overwrite a block that an earlier marker's queue
+// still read (issue 21). Each qstate's marker may be replaced and
+// released by another goroutine once its lock is dropped, so those
+// markers are retained (a handle of our own) until the barrier is
+// enqueued. A handover that waits for one queue enqueues its barrier
+// under that queue's lock, with no retain.
 func (p *Pool) order(uses []policy.Use, r *qstate) ([]fenced, error) {
+	uses = latestUses(uses, r)
 	fs := make([]fenced, 0, len(uses))
-	var errs []error
-	for _, u := range uses {
-		if r != nil && !r.ooo && u.Queue == r.id {
-			continue // r's own commands come before, in order
-		}
-		f := fenced{from: p.queueByID(u.Queue)}
+	if len(uses) == 0 {
+		return fs, nil
+	}
+	if r != nil && len(uses) == 1 {
+		f := fenced{from: p.queueByID(uses[0].Queue)}
 		var err error
-		f.ready, f.marked, err = f.from.fence(u.Seq, r)
+		f.ready, f.marked, err = f.from.fence(uses[0].Seq, r)
+		if err != nil {
+			return fs, err
+		}
+		return append(fs, f), nil
+	}
+	var errs []error
+	var wait []*cl.Event // retained markers not seen complete, for fs[waitAt[i]]
+	var waitAt []int
+	for _, u := range uses {
+		f := fenced{from: p.queueByID(u.Queue)}
+		m, marked, err := f.from.retainMarker(u.Seq)
+		f.marked = marked
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
+		f.ready = m == nil
+		if m != nil {
+			wait = append(wait, m)
+			waitAt = append(waitAt, len(fs))
+		}
 		fs = append(fs, f)
+	}
+	failed := make([]bool, len(fs)) // fences whose wait failed: not counted
+	if r != nil && len(wait) > 0 {
+		if err := r.q.EnqueueBarrier(wait...); err != nil {
+			errs = append(errs, fmt.Errorf("mempool: ordering after the commands that may use a block: %w", err))
+			for _, i := range waitAt {
+				failed[i] = true
+			}
+		}
+	}
+	for j, m := range wait {
+		if r == nil {
+			if err := m.Wait(); err != nil {
+				errs = append(errs, fmt.Errorf("mempool: ordering after the commands that may use a block: %w", err))
+				failed[waitAt[j]] = true
+			}
+		}
+		_ = m.Release() // our handle; the queue keeps its own
+	}
+	if len(wait) > 0 {
+		kept := fs[:0]
+		for i, f := range fs {
+			if !failed[i] {
+				kept = append(kept, f)
+			}
+		}
+		fs = kept
 	}
 	return fs, errors.Join(errs...)
 }
 
+// latestUses returns the uses r must wait for: one per queue, the latest
+// (a marker that covers it covers the earlier ones: a segment's blocks can
+// each have a use of one queue), without r's own when r is in order (its
+// commands come before, in order). It returns uses itself when that is
+// all of them, else a new slice: the caller may put uses back on the
+// block.
+func latestUses(uses []policy.Use, r *qstate) []policy.Use {
+	keep := func(i int) bool {
+		u := uses[i]
+		if r != nil && !r.ooo && u.Queue == r.id {
+			return false
+		}
+		for _, v := range uses[:i] {
+			if v.Queue == u.Queue {
+				return false
+			}
+		}
+		return true
+	}
+	i := 0
+	for i < len(uses) && keep(i) {
+		i++
+	}
+	if i == len(uses) {
+		return uses
+	}
+	out := append(make([]policy.Use, 0, len(uses)), uses[:i]...)
+outer:
+	for _, u := range uses[i:] {
+		if r != nil && !r.ooo && u.Queue == r.id {
+			continue
+		}
+		for j := range out {
+			if out[j].Queue == u.Queue {
+				out[j].Seq = max(out[j].Seq, u.Seq)
+				continue outer
+			}
+		}
+		out = append(out, u)
+	}
+	return out
+}
+
 // fenced is what one fence did: whether the marker of queue from was
-// complete already, and the markers it enqueued there.
+// complete already (else r waited for it: a barrier, or the host), and
+// the markers it enqueued there. A handover that waits for several
+// queues has one fenced for each but enqueues one barrier for them all:
+// the ledger's Barriers count the markers waited for with a barrier.
 type fenced struct {
 	from   *qstate
 	ready  bool
@@ -182,31 +282,67 @@ type fenced struct {
 }
 
 func (p *Pool) queueByID(id int32) *qstate {
-	p.mu.Lock()
+	p.lock()
 	defer p.mu.Unlock()
 	return p.queues[id-1]
 }
 
-// fence makes r wait for the commands enqueued on qs before a block was
-// given back when qs had started seq markers: it reports ready if a marker
-// started later is complete already; else it enqueues a barrier on r (or
-// waits on the host, r nil) on such a marker, enqueuing one first if
-// there is none (marked 1).
+// fence makes r (not nil) wait for the commands enqueued on qs before a
+// block was given back when qs had started seq markers: it reports ready
+// if a marker started later is complete already; else it enqueues a
+// barrier on r on such a marker, under qs's lock, enqueuing the marker
+// first if there is none (marked 1). For a handover that waits for one
+// queue only: see order.
 func (qs *qstate) fence(seq uint64, r *qstate) (ready bool, marked int64, err error) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	defer qs.releaseIfClosedLocked() // a handover racing the pool's Close keeps no marker
+	if marked, err = qs.markLocked(seq); err != nil {
+		return false, marked, err
+	}
+	if qs.done {
+		return true, marked, nil
+	}
+	if err := r.q.EnqueueBarrier(qs.marker); err != nil {
+		return false, marked, fmt.Errorf("mempool: ordering after the commands that may use a block: %w", err)
+	}
+	return false, marked, nil
+}
+
+// retainMarker returns a handle of its own (the caller releases it) of a
+// marker of qs that covers the commands enqueued before a block was given
+// back when qs had started seq markers, enqueuing the marker first if
+// there is none (marked 1); it returns nil if that marker is complete
+// already.
+func (qs *qstate) retainMarker(seq uint64) (m *cl.Event, marked int64, err error) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	defer qs.releaseIfClosedLocked() // a handover racing the pool's Close keeps no marker
+	if marked, err = qs.markLocked(seq); err != nil || qs.done {
+		return nil, marked, err
+	}
+	if m, err = qs.marker.Retain(); err != nil {
+		return nil, marked, fmt.Errorf("mempool: ordering after the commands that may use a block: %w", err)
+	}
+	return m, marked, nil
+}
+
+// markLocked makes qs.marker a marker that covers the commands enqueued
+// on qs before a block was given back when qs had started seq markers,
+// enqueuing (and flushing) one if the newest does not (marked 1), and
+// sets qs.done if it is seen complete. qs.mu must be held.
+func (qs *qstate) markLocked(seq uint64) (marked int64, err error) {
 	if qs.marker == nil || qs.markerSeq <= seq {
 		n := qs.seq.Add(1) // before the enqueue: see seq
 		m, err := qs.q.EnqueueMarker()
 		if err != nil {
-			return false, 0, fmt.Errorf("mempool: ordering after the commands that may use a block: %w", err)
+			return 0, fmt.Errorf("mempool: ordering after the commands that may use a block: %w", err)
 		}
 		// Commands of other queues may wait on the marker only once
 		// its queue has been flushed.
 		if err := qs.q.Flush(); err != nil {
 			_ = m.Release()
-			return false, 0, fmt.Errorf("mempool: ordering after the commands that may use a block: %w", err)
+			return 0, fmt.Errorf("mempool: ordering after the commands that may use a block: %w", err)
 		}
 		if qs.marker != nil {
 			_ = qs.marker.Release()
@@ -216,18 +352,7 @@ func (qs *qstate) fence(seq uint64, r *qstate) (ready bool, marked int64, err er
 	if !qs.done {
 		qs.done, _ = qs.marker.Done()
 	}
-	if qs.done {
-		return true, marked, nil
-	}
-	if r == nil {
-		err = qs.marker.Wait()
-	} else {
-		err = r.q.EnqueueBarrier(qs.marker)
-	}
-	if err != nil {
-		return false, marked, fmt.Errorf("mempool: ordering after the commands that may use a block: %w", err)
-	}
-	return false, marked, nil
+	return marked, nil
 }
 
 // release releases the queue's marker, at the pool's Close; a fence
@@ -248,26 +373,6 @@ func (qs *qstate) releaseIfClosedLocked() error {
 	return err
 }
 
-// idOrNone returns the queue's id, 0 for none.
-func (qs *qstate) idOrNone() int32 {
-	if qs == nil {
-		return 0
-	}
-	return qs.id
-}
-
-// recordUsesLocked records, on a block given back, that its queue r (nil:
-// none) and the queues RecordQueue added (with no count yet) may still
-// use it, each with its count of markers now. p.mu must be held.
-func (p *Pool) recordUsesLocked(b *block, r *qstate) {
-	for i := range b.Uses {
-		b.Uses[i].Seq = p.queues[b.Uses[i].Queue-1].seq.Load()
-	}
-	if r != nil {
-		b.Uses = append(b.Uses, policy.Use{Queue: r.id, Seq: r.seq.Load()})
-	}
-}
-
 // RecordQueue records that the buffer is also used on q, as torch's
 // record_stream does: when it is given back, a request on another queue
 // waits for the commands enqueued on q before Close too. q must be of the
@@ -281,13 +386,11 @@ func (b *PooledBuffer) RecordQueue(q *cl.CommandQueue) error {
 	if err != nil {
 		return err
 	}
-	if b.q != nil {
-		// A Close may be putting the block in b.q's cache, which reads
-		// b.blk.Uses under that lock.
-		b.q.c.mu.Lock()
-		defer b.q.c.mu.Unlock()
-	}
-	p.mu.Lock()
+	// A Close may be putting the block in b.q's cache, which reads
+	// b.blk.Uses under that lock.
+	b.q.c.mu.Lock()
+	defer b.q.c.mu.Unlock()
+	p.lock()
 	defer p.mu.Unlock()
 	if b.closedMark() < 0 {
 		return ErrClosed
@@ -306,22 +409,17 @@ func (b *PooledBuffer) RecordQueue(q *cl.CommandQueue) error {
 
 // Queue returns the queue the buffer was allocated for (by Pool.On, or the
 // allocator's), or nil if none.
-func (b *PooledBuffer) Queue() *cl.CommandQueue {
-	if b.q == nil {
-		return nil
-	}
-	return b.q.q
-}
+func (b *PooledBuffer) Queue() *cl.CommandQueue { return b.q.q }
 
 // freeHeldIf frees the wholly free segments whose block pred accepts.
 func (p *Pool) freeHeldIf(pred func(*block) bool) error {
 	p.drainCaches()
-	p.mu.Lock()
+	p.lock()
 	var segs []*segment
 	for s := p.pol.TakeFreeIf(pred); s != nil; s = p.pol.TakeFreeIf(pred) {
 		segs = append(segs, s)
 	}
-	stale := p.forgetLocked(segs...)
+	stale := p.forget(segs...)
 	p.mu.Unlock()
 	return p.freeSegments(segs, stale)
 }

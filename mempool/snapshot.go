@@ -137,10 +137,10 @@ func nameSites(segs []SegmentSnapshot, n SiteNamer) {
 	}
 }
 
-// noteLocked notes, on block b handed out as pb for a request of size on
+// noteBlock notes, on block b handed out as pb for a request of size on
 // queue r, what a snapshot shows of it, and whether it is a split (for
 // the queue caches' counts). p.mu must be held.
-func noteLocked(b *block, size int64, r *qstate, pb *PooledBuffer) {
-	b.Requested, b.Queue, b.Owner = size, r.idOrNone(), uint64(uintptr(unsafe.Pointer(pb)))
+func noteBlock(b *block, size int64, r *qstate, pb *PooledBuffer) {
+	b.Requested, b.Queue, b.Owner = size, r.id, uint64(uintptr(unsafe.Pointer(pb)))
 	b.Split = b.Seg.Split()
 }

@@ -214,7 +214,7 @@ func (p *Pool) MemoryStats() map[string]int64 {
 // torch.cuda.reset_peak_memory_stats does.
 func (p *Pool) ResetPeak() {
 	p.replayAll()
-	p.mu.Lock()
+	p.lock()
 	defer p.mu.Unlock()
 	p.l.resetPeak()
 }
@@ -224,7 +224,7 @@ func (p *Pool) ResetPeak() {
 // as torch.cuda.reset_accumulated_memory_stats does.
 func (p *Pool) ResetAccumulated() {
 	p.replayAll()
-	p.mu.Lock()
+	p.lock()
 	defer p.mu.Unlock()
 	p.l.resetAccumulated()
 }

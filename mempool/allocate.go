@@ -1,0 +1,389 @@
+package mempool
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/clpool/clpool/allocator"
+	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/mempool/internal/policy"
+)
+
+// This file is a request's way through the pool: Allocate, the queue
+// cache's hit (qcache.go), and, in the pool's lock, a free block of the
+// policy; on a miss, the one out-of-memory ladder, for the limit's
+// refusals and the device's alike. The core (core.go) decides each step
+// under the lock; this file carries it out, with the allocator, the hooks
+// and OpenCL called outside it.
+
+// request is one Allocate, as it goes through the ladder.
+type request struct {
+	size     int64         // the bytes asked for
+	q        *qstate       // the queue it is for (p.host: none)
+	hooks    hookList      // the hooks to tell; nil if none
+	pb       *PooledBuffer // newPooledBuffer's, readied by the core's handOut
+	mayDrain bool          // queue caches may hold blocks that serve it
+	counted  bool          // counted as a hit or a miss
+}
+
+// Allocate returns a buffer of at least size bytes. With exact bins (the
+// default) it is the most recently given back block of size's bin if there
+// is one, else a new block of the bin's AllocSize from the allocator; with
+// WithArena, a block cut from a segment. Allocate(0) returns a real block
+// (1 byte with bins, the arena's smallest block with it). A negative size
+// is an error, and changes nothing; a size over the device's largest
+// buffer is an *OutOfMemoryError at once, counted and told to the hooks.
+//
+// Near the device's largest buffer (MaxMemAllocSize), the block a policy
+// would make can pass the limit while the request does not: such a request
+// gets a block of exactly its size, which is freed on Close rather than
+// held, since it is too small for the rest of its bin. (PyOpenCL fails these
+// requests.)
+//
+// The block is for use on the allocator's queue (allocator.Immediate's),
+// ordered after every command that may still use it on other queues (see
+// On). Over an allocator without a queue (allocator.Deferred), the pool
+// knows no queue: a block last used through On waits on the host for the
+// commands that may still use it, and the caller orders the rest.
+func (p *Pool) Allocate(size int64) (*PooledBuffer, error) { return p.allocate(size, p.defq) }
+
+// allocate serves a request of size bytes on queue r (p.host: none).
+func (p *Pool) allocate(size int64, r *qstate) (*PooledBuffer, error) {
+	if uint64(size) > uint64(p.sizeCap) { // a negative size wraps past any cap
+		return nil, p.refuseSize(size)
+	}
+	hooks := p.hooks.Load()
+	pb := p.newPooledBuffer()
+	if hooks == nil {
+		if got := p.allocateCached(size, r, pb); got != nil {
+			return got, nil
+		}
+	}
+	req := &request{size: size, q: r, hooks: hooks, pb: pb}
+	if hooks != nil {
+		if err := p.emit(hooks, Event{Kind: MallocBefore, Size: size, AllocSize: p.blockSize(size)}); err != nil {
+			return nil, p.mallocFailed(req, err)
+		}
+	}
+	b, uses, err := p.serve(req)
+	if err == nil && uses != nil {
+		err = p.handOver(req, b, uses)
+	}
+	if err != nil {
+		return nil, p.mallocFailed(req, err)
+	}
+	return p.wrap(req, b)
+}
+
+// ladder is where a request stands on the out-of-memory ladder. Its rungs,
+// in order, after the first refusal of a segment (by the limit or the
+// device):
+//
+//  1. free the segments the arena's slack kept (see policy.Arenas), which
+//     growing without the slack would have freed, and retry;
+//  2. collect buffers dropped without Close (PyOpenCL's order) and, if
+//     any came back, retry: one of them may serve the request;
+//  3. free wholly free segments, largest first, retrying after each
+//     (queue caches drained first);
+//  4. try a segment of the request's own size (RMM's growth by the
+//     request) instead of the policy's;
+//  5. fail with an *OutOfMemoryError that says where the memory is.
+//
+// Each retry looks for a free block first. Termination: a rung is left
+// for the next one and never revisited, except rung 3, which runs at most
+// as many times as the pool had segments when it began.
+type ladder struct {
+	seg, own *segment // the policy's segment for the request, and the smallest that serves it
+	rung     int      // the rung to take at the next refusal
+	frees    int      // rung 3's remaining frees; -1 before it begins
+	useOwn   bool     // rung 4 was taken: try own
+	cause    error    // the device's last refusal; nil if only the limit refused
+	pending  *segment // reserved before a drain, taken back by the next decide
+}
+
+// Rungs of the ladder.
+const (
+	rungKept = iota
+	rungCollect
+	rungFree
+	rungOwn
+	rungDone
+)
+
+// try returns the segment to try now.
+func (l *ladder) try() *segment {
+	if l.useOwn {
+		return l.own
+	}
+	return l.seg
+}
+
+// serve finds req a block, going down the ladder as far as it must. It
+// returns the block, handed out for req.pb, and the uses to fence before
+// req's queue may use it.
+func (p *Pool) serve(req *request) (*block, []policy.Use, error) {
+	req.mayDrain = !p.cachesGone.Load() && (p.arena || p.blockSize(req.size) <= cacheMaxBlock)
+	lad := ladder{frees: -1}
+	p.lockReplayed(req.q)
+	d := p.decide(req, &lad)
+	p.mu.Unlock()
+	for {
+		_ = p.freeSegments(d.free, d.stale)
+		switch {
+		case d.err != nil:
+			return nil, nil, d.err
+		case d.never:
+			return nil, nil, p.outOfMemory(req, lad.own.Size, nil)
+		case d.b != nil:
+			return d.b, d.uses, nil
+		case d.drain && p.drainCaches():
+			// Blocks came back from the caches: decide again, as at the
+			// first miss (the reservation is taken back there).
+			lad.seg, lad.own, req.mayDrain = nil, nil, false
+		case d.seg != nil:
+			lad.pending = nil
+			b, err := p.grow(req, d.seg)
+			if err == nil {
+				return b, nil, nil
+			}
+			if !isOutOfMemory(err) {
+				return nil, nil, err
+			}
+			lad.cause = err
+			if !p.nextRung(req, &lad) {
+				return nil, nil, p.outOfMemory(req, lad.try().Size, lad.cause)
+			}
+		default: // the limit refused the segment
+			if !p.nextRung(req, &lad) {
+				return nil, nil, p.outOfMemory(req, lad.try().Size, lad.cause)
+			}
+		}
+		p.lock()
+		d = p.decide(req, &lad)
+		p.mu.Unlock()
+	}
+}
+
+// grow asks the allocator for seg, reserved, and cuts req's block from
+// it. If the allocation fails, the reservation is taken back and the
+// allocator's error returned: the ladder goes on after an out-of-memory.
+func (p *Pool) grow(req *request, seg *segment) (*block, error) {
+	hooks := req.hooks
+	if hooks != nil {
+		if err := p.emit(hooks, Event{Kind: AllocBefore, Size: seg.Size, AllocSize: seg.Size}); err != nil {
+			p.unreserve(seg)
+			return nil, err
+		}
+	}
+	m, err := p.allocateSegment(seg.Size)
+	var hookErr error
+	if hooks != nil {
+		hookErr = p.emit(hooks, Event{Kind: AllocAfter, Size: seg.Size, AllocSize: seg.Size, Buffer: m.buf, SVM: m.svm, Err: err})
+	}
+	if err != nil {
+		p.unreserve(seg)
+		switch {
+		case hookErr != nil:
+			return nil, errors.Join(err, hookErr)
+		case errors.Is(err, ErrPanicked), isOutOfMemory(err):
+			return nil, err
+		}
+		return nil, fmt.Errorf("mempool: allocating %d bytes for a %d-byte request: %w", seg.Size, req.size, err)
+	}
+	seg.Data = m
+	p.lock()
+	b := p.commit(req, seg)
+	p.mu.Unlock()
+	if hookErr != nil {
+		// The segment stays, held; the request fails.
+		*req.pb = PooledBuffer{pool: p, blk: b, size: req.size, q: req.q}
+		_ = p.putBack(req.pb, false)
+		return nil, hookErr
+	}
+	return b, nil
+}
+
+// nextRung takes the ladder's next rung after a refusal, and reports
+// whether the request is to be tried again; false: nothing is left.
+func (p *Pool) nextRung(req *request, lad *ladder) bool {
+	p.lock()
+	p.countMiss(req)
+	p.l.oomRetried()
+	p.mu.Unlock()
+	for {
+		switch lad.rung {
+		case rungKept:
+			lad.rung = rungCollect
+			p.lock()
+			kept := p.pol.TakeKept(lad.seg.Size)
+			stale := p.forget(kept...)
+			p.mu.Unlock()
+			if len(kept) > 0 {
+				_ = p.freeSegments(kept, stale)
+				return true
+			}
+		case rungCollect:
+			lad.rung = rungFree
+			if !p.dropSafety {
+				continue // nothing dropped comes back
+			}
+			p.lock()
+			active, before := p.l.s.Allocation.current(), p.l.s.Reclaimed
+			p.mu.Unlock()
+			if active == 0 {
+				continue
+			}
+			p.collectDropped()
+			p.lock()
+			back := p.l.s.Reclaimed > before
+			p.mu.Unlock()
+			if back {
+				return true // a block came back: it may serve the request
+			}
+		case rungFree:
+			p.drainCaches()
+			p.lock()
+			if lad.frees < 0 {
+				lad.frees = p.pol.Counts().Segments
+			}
+			var s *segment
+			if lad.frees > 0 {
+				lad.frees--
+				s = p.pol.TakeLargest()
+			}
+			stale := p.forget(s)
+			p.mu.Unlock()
+			if s != nil {
+				_ = p.freeSegments([]*segment{s}, stale)
+				return true
+			}
+			lad.rung = rungOwn
+		case rungOwn:
+			lad.rung = rungDone
+			if lad.own != lad.seg {
+				lad.useOwn = true
+				return true
+			}
+		default:
+			return false
+		}
+	}
+}
+
+// refuseSize is the error for a size past p.sizeCap: a negative one, and
+// one larger than the device's largest buffer (or, where the pool does
+// not know its device, one whose block size would overflow), which no
+// amount of freeing could serve. The latter is an *OutOfMemoryError, as
+// torch and CuPy raise theirs there: counted in OOMs, and told to the
+// hooks as a malloc that failed.
+func (p *Pool) refuseSize(size int64) error {
+	if size < 0 {
+		return fmt.Errorf("mempool: Allocate(%d): negative size: %w", size, cl.ErrInvalidBufferSize)
+	}
+	e := &OutOfMemoryError{Requested: size, AllocSize: size, DeviceMaxAlloc: p.maxAlloc, Err: cl.ErrInvalidBufferSize}
+	if p.device != nil {
+		e.DeviceTotal = p.device.GlobalMemSize
+	}
+	p.lock()
+	e.Limit = p.limit
+	p.l.oomRefused()
+	p.mu.Unlock()
+	req := &request{size: size, hooks: p.hooks.Load()}
+	if req.hooks != nil {
+		if herr := p.emit(req.hooks, Event{Kind: MallocBefore, Size: size, AllocSize: size}); herr != nil {
+			return errors.Join(e, herr)
+		}
+	}
+	return p.mallocFailed(req, e)
+}
+
+// maxRequest is the largest size the pool serves when it does not know
+// its device: any block size a policy rounds it to still fits an int64.
+const maxRequest = 1 << 60
+
+// blockSize returns the bytes of the block a request of size gets (see
+// core.newSegment for requests near the device's limit). It reads
+// nothing that changes: no lock needed.
+func (p *Pool) blockSize(size int64) int64 { return p.core.blockSize(size) }
+
+// handOver orders block b, taken for req's queue, after the commands of
+// uses. If that fails, the block goes back to the pool as it was.
+func (p *Pool) handOver(req *request, b *block, uses []policy.Use) error {
+	fs, err := p.order(uses, req.q.orNil())
+	p.lock()
+	p.l.handedOver(req.q, fs)
+	p.mu.Unlock()
+	if err == nil {
+		return nil
+	}
+	*req.pb = PooledBuffer{pool: p, blk: b, size: req.size, q: req.q}
+	b.Uses = append(b.Uses[:0], uses...)
+	_ = p.putBack(req.pb, true)
+	return err
+}
+
+// wrap fills in req.pb to hand out block b. If a malloc_after hook
+// panics, the block goes back to the pool and the request fails with the
+// panic.
+func (p *Pool) wrap(req *request, b *block) (*PooledBuffer, error) {
+	pb := req.pb
+	*pb = PooledBuffer{pool: p, blk: b, size: req.size, q: req.q}
+	if req.hooks != nil {
+		if err := p.emit(req.hooks, pb.event(MallocAfter, b)); err != nil {
+			_ = p.putBack(pb, false)
+			return nil, err
+		}
+	}
+	return pb, nil
+}
+
+// allocateSegment asks the allocator for n bytes, recovering a panic into
+// a *PanicError.
+func (p *Pool) allocateSegment(n int64) (m mem, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			m, err = mem{}, recovered(v, "allocator's Allocate")
+		}
+	}()
+	return p.src.allocate(n)
+}
+
+// unreserve takes back a reservation whose allocation failed.
+func (p *Pool) unreserve(seg *segment) {
+	p.lock()
+	p.l.unreserve(seg)
+	p.mu.Unlock()
+}
+
+// isOutOfMemory reports whether an allocator's error means the device is
+// out of memory, which freeing held blocks may cure.
+func isOutOfMemory(err error) bool {
+	return errors.Is(err, cl.ErrMemObjectAllocationFailure) ||
+		errors.Is(err, cl.ErrOutOfResources) ||
+		errors.Is(err, cl.ErrOutOfHostMemory) ||
+		errors.Is(err, allocator.ErrOutOfMemory)
+}
+
+// outOfMemory counts and returns the error of a request the ladder could
+// not serve: it tried a segment of n bytes last, and the device refused
+// it with cause (nil: the limit refused it).
+func (p *Pool) outOfMemory(req *request, n int64, cause error) error {
+	p.replayAll() // the figures count what the queue caches did too
+	p.lock()
+	defer p.mu.Unlock()
+	p.l.oomRefused()
+	s := p.snapshot()
+	e := &OutOfMemoryError{
+		Requested: req.size, AllocSize: n,
+		ActiveBlocks: s.ActiveBlocks, ActiveBytes: s.ActiveBytes,
+		HeldBlocks: s.HeldBlocks, HeldBytes: s.HeldBytes,
+		ManagedBytes: s.ManagedBytes, Limit: p.limit, Err: cause,
+	}
+	if p.device != nil {
+		e.DeviceTotal = p.device.GlobalMemSize
+	}
+	if n := p.pol.LargestFree(); n > 0 {
+		e.LargestHeldBin, e.LargestHeldSize = BinNumber(n, p.leadingBits), n
+	}
+	return e
+}

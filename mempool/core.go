@@ -1,0 +1,314 @@
+package mempool
+
+import (
+	"runtime"
+
+	"github.com/clpool/clpool/cl"
+
+	"github.com/clpool/clpool/mempool/internal/policy"
+)
+
+// This file is the pool's core: the state that changes, under the pool's
+// mutex, and the decisions made on it. The core never calls the
+// allocator, a hook or OpenCL: it decides, and returns what the pool is
+// to do outside the lock (a decision, or segments and sub-buffers to
+// free). allocate.go and release.go carry its decisions out.
+
+// core is the state the pool's mutex protects. Every method of core is
+// called with p.mu held, and returns with it held.
+type core struct {
+	queues  []*qstate      // every queue allocated for, by id-1
+	caches  []*qstate      // every queue cache: the pool's host (no queue) first, then queues
+	pol     placement      // where blocks go
+	slab    []PooledBuffer // handed out one by one without drop safety (see handOut)
+	holding bool           // false after StopHolding: given-back blocks are freed
+	closed  bool
+	limit   int64 // 0: no limit
+	l       ledger
+
+	// Set at New, never changed: read without the lock too.
+	maxAlloc int64 // the device's largest buffer; 0 if unknown
+	align    int64 // the arena's block unit; 0 with exact bins
+}
+
+// decision is what the core decided for a request, for the pool to carry
+// out outside its lock: free what it gave up, then exactly one of a hit
+// (b, its uses fenced first), a segment to allocate (after a drain of the
+// queue caches, if drain says so), an error, or, none of them, a refusal
+// by the limit.
+type decision struct {
+	b     *block       // a free block, handed out for the request
+	uses  []policy.Use // the commands b waits for first
+	seg   *segment     // a segment reserved for the request, to allocate
+	drain bool         // drain the queue caches first: if blocks moved, decide again
+	never bool         // no limit could ever serve the request: it fails at once
+	err   error        // the request fails
+	free  []*segment   // segments out of the pool's accounts, to free
+	stale []mem        // sub-buffers to release
+}
+
+// decide is the ladder's step under the lock for req: a free block that
+// fits, else a segment of the ladder's size reserved under the limit (and,
+// at the first miss, a drain of the queue caches before it is allocated:
+// blocks waiting there may serve the request, or, given back to an arena,
+// merge into a block that does).
+func (c *core) decide(req *request, lad *ladder) (d decision) {
+	if lad.pending != nil { // reserved before a drain that moved blocks
+		c.l.unreserve(lad.pending)
+		lad.pending = nil
+	}
+	if c.closed {
+		return decision{err: ErrPoolClosed}
+	}
+	if b := c.pol.GetOn(req.size, req.q.id); b != nil {
+		if !req.counted {
+			req.counted = true
+			c.l.request(req.q, true)
+		}
+		c.l.hit(b, req.size)
+		c.l.sync(c.pol.Counts())
+		req.pb = c.handOut(req.pb)
+		c.note(b, req)
+		return decision{b: b, uses: handover(b, req.q)}
+	}
+	if lad.seg == nil {
+		// The first miss: free what the policy gives up before it
+		// grows. It counts as a miss unless a drain brings a block that
+		// serves it.
+		lad.seg, lad.own = c.newSegment(req.size), c.ownSegment(req.size)
+		if lad.own.Size >= lad.seg.Size {
+			lad.own = lad.seg
+		}
+		if c.limit > 0 && lad.own.Size > c.limit {
+			c.countMiss(req)
+			return decision{never: true}
+		}
+		d.free = c.pol.BeforeGrow(req.size)
+		d.drain = req.mayDrain
+	}
+	if !d.drain {
+		c.countMiss(req)
+	}
+	d.seg = c.reserve(lad.try(), lad.own.Size)
+	d.stale = c.forget(d.free...)
+	if d.drain {
+		lad.pending = d.seg
+	}
+	return d
+}
+
+// reserve counts seg's bytes as managed before they are allocated, so
+// that concurrent misses cannot pass the limit together, and returns it;
+// nil if the limit refuses it. An arena's segment too large for the room
+// the limit leaves shrinks to the room, if need (the request's own
+// block) still fits.
+func (c *core) reserve(seg *segment, need int64) *segment {
+	if room := c.room(); room >= 0 && seg.Size > room {
+		fit := room
+		if c.align > 0 {
+			fit &^= c.align - 1
+		}
+		if c.align == 0 || seg.Oversize || seg.Exact || fit < need {
+			return nil
+		}
+		seg = &segment{Size: fit, Small: seg.Small}
+	}
+	c.l.reserve(seg)
+	return seg
+}
+
+// countMiss counts req as a request no free block served, once.
+func (c *core) countMiss(req *request) {
+	if !req.counted {
+		req.counted = true
+		c.l.miss()
+		c.l.request(req.q, false)
+	}
+}
+
+// room returns the bytes the limit leaves for new segments; -1 if there
+// is no limit.
+func (c *core) room() int64 {
+	if c.limit == 0 {
+		return -1
+	}
+	return max(c.limit-c.l.reserved(), 0)
+}
+
+// newSegment returns the segment, not yet allocated, that a miss of size
+// makes: the policy's, or one of exactly size bytes where only that fits
+// the device's largest buffer.
+func (c *core) newSegment(size int64) *segment {
+	seg := c.pol.NewSegment(size)
+	c.fitDevice(seg, size)
+	return seg
+}
+
+// ownSegment returns the smallest segment that serves a request of size:
+// its block's own size (RMM's growth by the request), the ladder's last
+// rung.
+func (c *core) ownSegment(size int64) *segment {
+	seg := c.pol.NewSegment(size)
+	seg.Size = c.pol.BlockSize(size)
+	c.fitDevice(seg, size)
+	return seg
+}
+
+// fitDevice makes seg, for a request of size, a block of exactly size
+// bytes where seg passes the device's largest buffer and size does not.
+func (c *core) fitDevice(seg *segment, size int64) {
+	if c.maxAlloc > 0 && seg.Size > c.maxAlloc && size <= c.maxAlloc {
+		seg.Size, seg.Exact, seg.Oversize = max(size, 1), true, false
+	}
+}
+
+// blockSize returns the bytes of the block a request of size gets.
+func (c *core) blockSize(size int64) int64 {
+	n := c.pol.BlockSize(size)
+	if c.maxAlloc > 0 && n > c.maxAlloc && size <= c.maxAlloc {
+		return max(size, 1)
+	}
+	return n
+}
+
+// commit adds seg, now allocated, to the pool and hands out req's block,
+// cut from it.
+func (c *core) commit(req *request, seg *segment) *block {
+	c.countMiss(req)
+	c.l.segmentAdded(seg)
+	b := c.pol.Add(seg, req.size)
+	c.l.activate(b, req.size)
+	c.l.sync(c.pol.Counts())
+	req.pb = c.handOut(req.pb)
+	c.note(b, req)
+	return b
+}
+
+// handOut readies pb, from newPooledBuffer, to be handed out. With drop
+// safety, it sets pb's finalizer. It does so under p.mu on purpose: the
+// runtime keeps finalizer records under one global lock of its own, which
+// costs far more when goroutines contend for it than when p.mu lines them
+// up (give clears the finalizer under p.mu too; see BENCHMARKS.md).
+//
+// Without drop safety, it returns a PooledBuffer from the pool's slab, so
+// that Allocate allocates once per slabSize requests. Each one is handed
+// out once, never reused: a stale pointer still sees its own Close. A slab
+// stays in memory while any of its PooledBuffers is reachable (1 KiB).
+func (c *core) handOut(pb *PooledBuffer) *PooledBuffer {
+	if pb != nil {
+		runtime.SetFinalizer(pb, (*PooledBuffer).reclaim)
+		return pb
+	}
+	if len(c.slab) == 0 {
+		c.slab = make([]PooledBuffer, slabSize)
+	}
+	pb = &c.slab[0]
+	c.slab = c.slab[1:]
+	return pb
+}
+
+// note notes, on block b handed out for req, what a snapshot shows of it,
+// and whether it is a split (for the queue caches' counts).
+func (c *core) note(b *block, req *request) {
+	noteBlock(b, req.size, req.q, req.pb)
+}
+
+// takeBack takes back block b, given back for a request of size on queue r;
+// with record, it records the queues that may still use it. It returns
+// the segments to free, out of the pool's accounts: b's, if the policy
+// gives it up, and every wholly free one after StopHolding.
+func (c *core) takeBack(b *block, size int64, r *qstate, record bool) []*segment {
+	if record {
+		c.recordUses(b, r)
+	}
+	c.l.deactivate(b, size)
+	var gone []*segment
+	if s := c.pol.Put(b); s != nil {
+		c.l.segmentRemoved(s)
+		gone = append(gone, s)
+	}
+	if !c.holding {
+		gone = c.takeFree(gone, func() bool { return true })
+	}
+	return gone
+}
+
+// takeFree appends to segs the wholly free segments, largest first, while
+// more() says so, taking each out of the pool's accounts at once (more
+// may read them).
+func (c *core) takeFree(segs []*segment, more func() bool) []*segment {
+	for more() {
+		s := c.pol.TakeLargest()
+		if s == nil {
+			break
+		}
+		c.l.segmentRemoved(s)
+		segs = append(segs, s)
+	}
+	return segs
+}
+
+// forget takes segments the policy gave up (nil ones are skipped) out of
+// the pool's accounts, brings the held counts up to date, and returns the
+// sub-buffers that went stale meanwhile: the pool frees both.
+func (c *core) forget(segs ...*segment) (stale []mem) {
+	for _, s := range segs {
+		if s != nil {
+			c.l.segmentRemoved(s)
+		}
+	}
+	c.l.sync(c.pol.Counts())
+	return c.pol.TakeStale(nil)
+}
+
+// recordUses records, on a block given back, that its queue r and the
+// queues RecordQueue added (with no count yet) may still use it, each
+// with its count of markers now.
+func (c *core) recordUses(b *block, r *qstate) {
+	for i := range b.Uses {
+		b.Uses[i].Seq = c.queues[b.Uses[i].Queue-1].seq.Load()
+	}
+	if r.id != 0 {
+		b.Uses = append(b.Uses, policy.Use{Queue: r.id, Seq: r.seq.Load()})
+	}
+}
+
+// newCore returns the core of a pool with config c: a policy of blocks
+// aligned to align (arena), on a device whose largest buffer is maxAlloc
+// (0: unknown), under limit (0: none).
+func newCore(c config, align, maxAlloc, limit int64) core {
+	k := core{holding: true, limit: limit, maxAlloc: maxAlloc}
+	k.l.s = Stats{Policy: "bins", LeadingBits: c.leadingBits, MaxSplitSize: c.maxSplit, Limit: limit, Holding: true}
+	if c.arena {
+		k.align = align
+		k.pol = policy.NewArenas[mem](align, c.leadingBits, c.maxSplit, policy.DefaultPreferredSegment)
+		k.l.s.Policy = "arena"
+	} else {
+		k.pol = policy.NewBins[mem](c.leadingBits)
+	}
+	return k
+}
+
+// newQstate returns the state of queue q, of id id; q nil and id 0 for
+// the pool's host, which stands for no queue.
+func newQstate(q *cl.CommandQueue, id int32) *qstate {
+	qs := &qstate{q: q, id: id}
+	if q != nil {
+		qs.ooo = q.Properties()&cl.QueueOutOfOrder != 0
+	}
+	// The cache's array has its full size at once: 128 bytes, a size
+	// class whose objects fill two cache lines of their own, so that no
+	// other queue's cache writes its lines (a small array grown by append
+	// can share a line with another queue's).
+	qs.c.blocks = make([]*block, 0, cacheBlocks)
+	return qs
+}
+
+// orNil returns qs, or nil for the pool's host (no queue): order's
+// argument.
+func (qs *qstate) orNil() *qstate {
+	if qs.id == 0 {
+		return nil
+	}
+	return qs
+}
