@@ -10,11 +10,13 @@ const MinBlock = 512
 // would make its bitmaps large for no gain (1/1024 of a block's size).
 const indexLeadingBits = 10
 
-// Arena cuts segments into blocks: a request takes a free block of a good
-// fit and splits off what it does not need; a block given back merges
-// with its free neighbours. Free blocks are indexed by size class (the
-// bins of BinNumber) in TLSF's two-level index (freeIndex), so the first
-// class that fits every request of a size is found in O(1).
+// Arena cuts segments into blocks: a request takes the free block that
+// fits it best and splits off what it does not need; a block given back
+// merges with its free neighbours. Free blocks are indexed by size class
+// (the bins of BinNumber) in TLSF's two-level index (freeIndex), so the
+// first class above a request's own that has a block (every block of
+// which fits) is found in O(1); each class's list is sorted by size, so
+// whether one of the request's own class fits is known in O(1) too.
 //
 // An arena may defer merging, as dlmalloc's fast bins do: a few blocks
 // given back wait unmerged on quick lists, by exact size (see SetQuick), and a request
@@ -29,9 +31,12 @@ type Arena[T comparable] struct {
 	sized freeIndex[T]  // the merged free blocks
 	quick quickLists[T] // the free blocks waiting unmerged
 
-	segs       []*Segment[T] // every segment
-	empty      []*Segment[T] // the wholly free ones, in the order they became so
-	emptyBytes int64
+	segs  []*Segment[T] // every segment
+	empty []*Segment[T] // the wholly free ones, in the order they became so
+	// The blocks and bytes of the idle segments (no block active, merged
+	// or not): the free set less them is the inactive split.
+	idleBlocks int
+	idleBytes  int64
 	counts     Counts  // its own free set
 	shared     *Counts // the policy's, where this arena's splits go in SplitBlocks[kind]
 	kind       int
@@ -61,8 +66,28 @@ func (a *Arena[T]) free(blocks int, bytes int64) {
 
 // publish writes the arena's split blocks into the policy's counts.
 func (a *Arena[T]) publish() {
-	a.shared.SplitBlocks[a.kind] = a.counts.FreeBlocks - len(a.empty)
-	a.shared.SplitBytes[a.kind] = a.counts.FreeBytes - a.emptyBytes
+	a.shared.SplitBlocks[a.kind] = a.counts.FreeBlocks - a.idleBlocks
+	a.shared.SplitBytes[a.kind] = a.counts.FreeBytes - a.idleBytes
+}
+
+// activate counts a block of s becoming active: s is no longer idle if
+// it was.
+func (a *Arena[T]) activate(s *Segment[T]) {
+	s.active++
+	if s.active == 1 {
+		a.idleBlocks -= s.blocks
+		a.idleBytes -= s.Size
+	}
+}
+
+// deactivate counts an active block of s becoming free: s is idle if it
+// was the last.
+func (a *Arena[T]) deactivate(s *Segment[T]) {
+	s.active--
+	if s.active == 0 {
+		a.idleBlocks += s.blocks
+		a.idleBytes += s.Size
+	}
 }
 
 // Round returns the bytes of the block that serves a request of size: a
@@ -91,8 +116,9 @@ func (a *Arena[T]) SetQuick(n int, maxSize int64) {
 // the bytes it does not need, and returns it active; nil if no free block
 // fits. A block waiting unmerged of exactly n bytes comes first. Else it
 // merges the waiting blocks, so that the choice is made among merged
-// blocks only, and looks in n's own class, then takes the first block of
-// the next class that has one, all of whose blocks fit.
+// blocks only, and takes the smallest block that fits: of n's own class
+// if one there fits, else of the next class that has one, all of whose
+// blocks fit.
 func (a *Arena[T]) Get(n int64) *Block[T] { return a.GetOn(n, 0) }
 
 // GetOn is Get for a request on queue q (0: none): of the blocks of n
@@ -141,6 +167,7 @@ func (a *Arena[T]) GetWhole(n, slack int64) *Block[T] {
 func (a *Arena[T]) Add(seg *Segment[T], n int64) *Block[T] {
 	b := &Block[T]{Seg: seg, Size: seg.Size}
 	seg.first, seg.blocks, seg.arena, seg.idx = b, 1, a, len(a.segs)
+	seg.active = 1
 	a.segs = append(a.segs, seg)
 	a.counts.Segments++
 	a.shared.Segments++
@@ -168,6 +195,7 @@ func (a *Arena[T]) Waiting() int { return a.quick.n }
 func (a *Arena[T]) Put(b *Block[T]) (whole *Segment[T]) {
 	b.free = true
 	a.free(1, b.Size)
+	a.deactivate(b.Seg)
 	if a.quick.admits(b.Size) && !b.Seg.Oversize && !b.Whole() {
 		a.quick.push(b)
 		a.publish()
@@ -198,7 +226,6 @@ func (a *Arena[T]) coalesce(b *Block[T]) (whole *Segment[T]) {
 		return nil
 	}
 	a.empty = append(a.empty, b.Seg)
-	a.emptyBytes += b.Size
 	a.publish()
 	return b.Seg
 }
@@ -249,9 +276,7 @@ func (a *Arena[T]) LargestFree() int64 {
 		m = max(m, s.Size) // oversize segments are not indexed
 	}
 	if c, ok := a.sized.largest(); ok {
-		for b := a.sized.head(c); b != nil; b = b.fnext {
-			m = max(m, b.Size)
-		}
+		m = max(m, a.sized.tail(c).Size)
 	}
 	if b := a.quick.any(); b != nil {
 		m = max(m, b.Size)
@@ -263,8 +288,8 @@ func (a *Arena[T]) LargestFree() int64 {
 // counted under its kind (0 unless the Arenas policy made it large).
 func (a *Arena[T]) Counts() Counts {
 	c := a.counts
-	c.SplitBlocks[a.kind] = c.FreeBlocks - len(a.empty)
-	c.SplitBytes[a.kind] = c.FreeBytes - a.emptyBytes
+	c.SplitBlocks[a.kind] = c.FreeBlocks - a.idleBlocks
+	c.SplitBytes[a.kind] = c.FreeBytes - a.idleBytes
 	return c
 }
 
@@ -287,6 +312,7 @@ func (a *Arena[T]) take(b *Block[T]) {
 	}
 	b.free = false
 	a.free(-1, -b.Size)
+	a.activate(b.Seg)
 }
 
 // forgetEmpty takes seg off the list of wholly free segments.
@@ -294,7 +320,6 @@ func (a *Arena[T]) forgetEmpty(seg *Segment[T]) {
 	for i, s := range a.empty {
 		if s == seg {
 			a.empty = append(a.empty[:i], a.empty[i+1:]...)
-			a.emptyBytes -= seg.Size
 			return
 		}
 	}
@@ -336,6 +361,9 @@ func (a *Arena[T]) merge(b, n *Block[T]) {
 		n.next.prev = b
 	}
 	b.Seg.blocks--
+	if b.Seg.active == 0 {
+		a.idleBlocks--
+	}
 	a.free(-1, 0)
 	b.Uses = mergeUses(b.Uses, n.Uses)
 	*n = Block[T]{fnext: a.spare, Uses: n.Uses[:0]}
@@ -382,25 +410,14 @@ func (a *Arena[T]) unlist(b *Block[T]) {
 	a.sized.remove(b)
 }
 
-// scanLimit bounds the look at n's own class, whose blocks may be smaller
-// than n.
-const scanLimit = 8
-
-// find returns a free block of at least n bytes, or nil.
+// find returns the smallest free block of at least n bytes, or nil: the
+// smallest that fits in n's own class (whose blocks may be smaller than
+// n), else the smallest of the next class that has a block, all of whose
+// blocks fit.
 func (a *Arena[T]) find(n int64) *Block[T] {
 	c := BinNumber(n, a.lb)
-	var best *Block[T]
-	i := 0
-	for b := a.sized.head(c); b != nil && i < scanLimit; b, i = b.fnext, i+1 {
-		if b.Size >= n && (best == nil || b.Size < best.Size) {
-			best = b
-			if b.Size == n {
-				break
-			}
-		}
-	}
-	if best != nil {
-		return best
+	if b := a.sized.fit(c, n); b != nil {
+		return b
 	}
 	if c, ok := a.sized.above(c); ok {
 		return a.sized.head(c)
@@ -411,19 +428,26 @@ func (a *Arena[T]) find(n int64) *Block[T] {
 // Check verifies the arena's invariants, for tests: blocks tile each
 // segment without gap or overlap, are aligned, no two free neighbours
 // unless one waits unmerged, every free block listed under its class
-// (on the quick lists if it waits, else in the index), and the counts
-// agree.
+// (on the quick lists if it waits, else in the index, whose lists are
+// sorted), and the counts, the segments' and the inactive split's
+// included, agree with the blocks counted afresh.
 func (a *Arena[T]) Check() error {
 	var c Counts
-	var emptyBytes int64
-	sized, quick := 0, 0
+	var splitBytes int64
+	sized, quick, splitBlocks, empty := 0, 0, 0, 0
 	for i, s := range a.segs {
 		if s.idx != i || s.arena != a {
 			return fmt.Errorf("segment %d: idx %d", i, s.idx)
 		}
 		off, n := int64(0), 0
+		active, free := 0, int64(0)
 		for b := s.first; b != nil; b = b.next {
 			n++
+			if !b.free {
+				active++
+			} else {
+				free += b.Size
+			}
 			if b.Seg != s || b.Off != off || b.Size <= 0 {
 				return fmt.Errorf("segment %d: block %d at %d, want %d (size %d)", i, n, b.Off, off, b.Size)
 			}
@@ -455,7 +479,7 @@ func (a *Arena[T]) Check() error {
 					}
 				}
 				if b.Whole() {
-					emptyBytes += b.Size
+					empty++
 				}
 			}
 			off += b.Size
@@ -463,15 +487,36 @@ func (a *Arena[T]) Check() error {
 		if off != s.Size || n != s.blocks {
 			return fmt.Errorf("segment %d: blocks cover %d of %d bytes, %d blocks counted %d", i, off, s.Size, n, s.blocks)
 		}
+		if active != s.active {
+			return fmt.Errorf("segment %d: %d active blocks, counted %d", i, active, s.active)
+		}
+		if active > 0 {
+			splitBlocks += n - active
+			splitBytes += free
+		}
 	}
-	if emptyBytes != a.emptyBytes {
-		return fmt.Errorf("wholly free bytes %d, counted %d", emptyBytes, a.emptyBytes)
+	if c := a.Counts(); c.SplitBlocks[a.kind] != splitBlocks || c.SplitBytes[a.kind] != splitBytes {
+		return fmt.Errorf("inactive split %d blocks of %d bytes, counted %d of %d", splitBlocks, splitBytes, c.SplitBlocks[a.kind], c.SplitBytes[a.kind])
+	}
+	if a.shared.SplitBlocks[a.kind] != splitBlocks || a.shared.SplitBytes[a.kind] != splitBytes {
+		return fmt.Errorf("inactive split %d blocks of %d bytes, published %d of %d", splitBlocks, splitBytes, a.shared.SplitBlocks[a.kind], a.shared.SplitBytes[a.kind])
+	}
+	for _, s := range a.empty {
+		if s.arena != a || !s.first.free || !s.first.Whole() {
+			return fmt.Errorf("a segment listed wholly free is not")
+		}
+	}
+	if empty != len(a.empty) {
+		return fmt.Errorf("%d segments wholly free, %d listed", empty, len(a.empty))
 	}
 	if c.FreeBlocks != a.counts.FreeBlocks || c.FreeBytes != a.counts.FreeBytes || len(a.segs) != a.counts.Segments {
 		return fmt.Errorf("counts %+v, counted %+v", c, a.counts)
 	}
 	if quick != a.quick.n || quick > a.quick.max {
 		return fmt.Errorf("%d blocks wait unmerged, %d counted, at most %d may", quick, a.quick.n, a.quick.max)
+	}
+	if err := a.sized.check(); err != nil {
+		return err
 	}
 	total, bad := 0, false
 	a.sized.each(func(c uint32, b *Block[T]) {

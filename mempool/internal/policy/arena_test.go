@@ -146,14 +146,7 @@ func TestSegmentSizes(t *testing.T) {
 		bs = append(bs, p.Add(seg(64<<20), 64<<20))
 	}
 	assert.Equal(t, int64(128<<20), p.SegmentSize(3<<20))
-	assert.Equal(t, int64(64<<20), p.Smaller(3<<20, 128<<20), "halved after an out-of-memory")
-	assert.Equal(t, int64(64<<20), p.SegmentSize(3<<20), "and smaller from then on")
-	assert.Equal(t, int64(1<<20), p.Smaller(1<<20, policy.SmallSegment), "a small segment halves down to its request")
-	assert.Zero(t, p.Smaller(1<<20, 1<<20))
-	assert.Equal(t, int64(4096), p.Smaller(1000, 8192), "halved")
-	assert.Equal(t, int64(1024), p.Smaller(1000, 2048), "a 1000-byte request needs 1024 bytes at alignment 512")
-	assert.Zero(t, p.Smaller(1000, 1024))
-	assert.Equal(t, int64(64<<20), p.SegmentSize(3<<20), "small retries leave large segments as they were")
+	assert.Equal(t, int64(128<<20), p.SegmentSize(3<<20), "the pool's ladder, not the policy, shrinks a refused segment")
 	for _, b := range bs {
 		p.Put(b)
 	}

@@ -55,7 +55,6 @@ type Arenas[T comparable] struct {
 	small, large *Arena[T]
 	maxSplit     int64 // requests over it are oversize; 0: none are
 	preferred    int64
-	shrink       uint  // halvings of the large segment size after out-of-memory
 	exact        int   // exact-size segments, never in an arena
 	reserved     int64 // the bytes of every segment
 	highWater    int64 // the most reserved has been
@@ -130,8 +129,7 @@ func (p *Arenas[T]) noteActive() {
 // SegmentSize returns the bytes of a new segment for a request of size.
 // A small request gets a SmallSegment. A large one gets 1/GrowthDivisor of
 // what the pool holds rounded to LargeUnit, at most the preferred size,
-// halved once per out-of-memory met (Smaller), and at least the request
-// rounded to OwnUnit; a request over half the preferred size, or
+// and at least the request rounded to OwnUnit; a request over half the preferred size, or
 // oversize, gets a segment of its own, rounded to OwnUnit.
 func (p *Arenas[T]) SegmentSize(size int64) int64 {
 	n := p.Round(size)
@@ -143,34 +141,13 @@ func (p *Arenas[T]) SegmentSize(size int64) int64 {
 		return own
 	}
 	grown := min(p.preferred, roundUp(p.reserved/GrowthDivisor, LargeUnit))
-	return max(grown>>p.shrink, own)
+	return max(grown, own)
 }
 
 // NewSegment returns a segment, not yet allocated, for a request of size:
 // SegmentSize bytes, marked small or oversize as Add will place it.
 func (p *Arenas[T]) NewSegment(size int64) *Segment[T] {
 	return &Segment[T]{Size: p.SegmentSize(size), Small: p.Round(size) <= SmallRequest, Oversize: p.Oversize(size)}
-}
-
-// Smaller returns a smaller size to try after the device (or the pool's
-// limit) refused a segment of n bytes for a request of size, and makes
-// large segments smaller from now on; 0 if there is none. A small
-// request's segment halves down to the request's own rounded size, for
-// this segment only, so that a pool with little room left (a limit under
-// SmallSegment) still serves small requests.
-func (p *Arenas[T]) Smaller(size, n int64) int64 {
-	if r := p.Round(size); r <= SmallRequest {
-		if n <= r {
-			return 0
-		}
-		return max(p.Round(n/2), r)
-	}
-	own := roundUp(p.Round(size), OwnUnit)
-	if n <= own {
-		return 0
-	}
-	p.shrink++
-	return max(roundUp(n/2, LargeUnit), own)
 }
 
 // BeforeGrow is called on a miss, before a new segment is made for a
@@ -212,11 +189,14 @@ func (p *Arenas[T]) Add(seg *Segment[T], size int64) *Block[T] {
 	p.reserved += seg.Size
 	p.highWater = max(p.highWater, p.reserved)
 	if seg.Exact {
+		// Its one block is in no arena's index, but is its segment's, as
+		// every block is: Blocks walks it.
 		p.exact++
 		p.counts.Segments++
-		seg.blocks = 1
+		b := &Block[T]{Seg: seg, Size: seg.Size}
+		seg.first, seg.blocks, seg.active = b, 1, 1
 		p.noteActive()
-		return &Block[T]{Seg: seg, Size: seg.Size}
+		return b
 	}
 	n := p.Round(size)
 	seg.Oversize = p.Oversize(size)

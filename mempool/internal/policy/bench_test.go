@@ -1,9 +1,12 @@
 package policy_test
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/clpool/clpool/mempool/internal/policy"
+	"github.com/clpool/clpool/trace"
 )
 
 // policyUnderBench is the part of a policy the hit benchmarks use.
@@ -36,4 +39,84 @@ func BenchmarkArenaHitMerged(b *testing.B) {
 	p := policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)
 	p.SetQuickMax(0)
 	hitPair(b, p)
+}
+
+// BenchmarkArenaLongClass is a hit in a class whose free list is long:
+// k free blocks of 3 MiB, then one of 3.12 MiB, between active spacers,
+// and the segment's free tail above; the request (3.1 MiB) fits only the
+// 3.12 MiB block of its class.
+func BenchmarkArenaLongClass(b *testing.B) {
+	for _, k := range []int{8, 64, 512} {
+		b.Run(fmt.Sprint(k), func(b *testing.B) {
+			const mib = 1 << 20
+			a := policy.NewArena[int](512, 4)
+			spacer := a.Add(&policy.Segment[int]{Size: int64(k+4) * 4 * mib}, 512)
+			fit := a.Get(a.Round(3*mib + 123<<10))
+			a.Get(512)
+			var small []*policy.Block[int]
+			for range k {
+				small = append(small, a.Get(3*mib))
+				a.Get(512)
+			}
+			_ = spacer
+			a.Put(fit)
+			for _, s := range small {
+				a.Put(s)
+			}
+			n := a.Round(3*mib + 100<<10)
+			for b.Loop() {
+				a.Put(a.Get(n))
+			}
+		})
+	}
+}
+
+// BenchmarkArenaSpreadClass is a hit in a class whose free list is long
+// on both sides of the request: 2k free blocks of distinct sizes of the
+// class of 3 MiB, between active spacers; the request takes the middle
+// one, and it goes back to the middle of the list. Its free list's worst
+// case: k blocks to walk past each way.
+func BenchmarkArenaSpreadClass(b *testing.B) {
+	for _, k := range []int{8, 32, 128} {
+		b.Run(fmt.Sprint(k), func(b *testing.B) {
+			const mib = 1 << 20
+			a := policy.NewArena[int](512, 4)
+			a.Add(&policy.Segment[int]{Size: int64(2*k+4) * 4 * mib}, 512)
+			var held []*policy.Block[int]
+			for i := range 2 * k {
+				held = append(held, a.Get(3*mib+int64(i)*512))
+				a.Get(512)
+			}
+			for _, h := range held {
+				a.Put(h)
+			}
+			n := int64(3*mib + k*512)
+			for b.Loop() {
+				a.Put(a.Get(n))
+			}
+		})
+	}
+}
+
+// BenchmarkArenaReplay replays the simulation's random mixed trace (4 B
+// to 32 MiB, up to 200 live) through the arena policy: ns per event.
+func BenchmarkArenaReplay(b *testing.B) {
+	events := randomMixed(rand.New(rand.NewPCG(1, 2)), 20000)
+	blocks := make([]*policy.Block[int], len(events)+1)
+	for b.Loop() {
+		p := policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)
+		for _, e := range events {
+			if e.Op == trace.Alloc {
+				blk := p.Get(e.Size)
+				if blk == nil {
+					p.BeforeGrow(e.Size)
+					blk = p.Add(p.NewSegment(e.Size), e.Size)
+				}
+				blocks[e.ID] = blk
+				continue
+			}
+			p.Put(blocks[e.ID])
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(events)), "ns/event")
 }

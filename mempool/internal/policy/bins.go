@@ -113,7 +113,7 @@ func (p *Bins[T]) SegmentSize(size int64) int64 {
 // NewSegment returns a segment, not yet allocated, for a request of size.
 func (p *Bins[T]) NewSegment(size int64) *Segment[T] {
 	n := p.SegmentSize(size)
-	return &Segment[T]{Size: n, Small: n < 1<<20}
+	return &Segment[T]{Size: n, Small: n < SmallRequest}
 }
 
 // BlockSize returns the bytes of the block that serves a request of size:
@@ -163,7 +163,7 @@ func (p *Bins[T]) pop(s *[]*Block[T]) *Block[T] {
 func (p *Bins[T]) Add(seg *Segment[T], size int64) *Block[T] {
 	p.counts.Segments++
 	seg.blocks = 1
-	seg.Small = seg.Size < 1<<20
+	seg.Small = seg.Size < SmallRequest
 	seg.first = &Block[T]{Seg: seg, Size: seg.Size}
 	return seg.first
 }
@@ -247,9 +247,6 @@ func (p *Bins[T]) Counts() *Counts { return &p.counts }
 
 // TakeStale returns dst: bins never change a block's range.
 func (p *Bins[T]) TakeStale(dst []T) []T { return dst }
-
-// Smaller returns 0: a bin's block has one size.
-func (p *Bins[T]) Smaller(size, n int64) int64 { return 0 }
 
 // BeforeGrow returns nil: bins free held blocks only under memory
 // pressure or when asked.

@@ -19,6 +19,7 @@ type Segment[T comparable] struct {
 
 	parked []parked[T] // caches of ranges that were blocks, for when they are again
 	blocks int         // how many blocks it is cut into
+	active int         // how many of them are active (arena)
 	first  *Block[T]   // the block at offset 0
 	arena  *Arena[T]   // the arena it belongs to; nil in Bins
 	idx    int         // its index in the arena's segs
@@ -66,7 +67,7 @@ type Block[T comparable] struct {
 	quick      bool      // free, waiting unmerged on a quick list (arena)
 	class      uint32    // the size class it is indexed under, while free
 	prev, next *Block[T] // neighbours in the segment, by address (arena)
-	fprev      *Block[T] // neighbours in its free list (arena)
+	fprev      *Block[T] // neighbours in its free list (arena; see freeIndex)
 	fnext      *Block[T]
 }
 
@@ -111,9 +112,10 @@ func (b *Block[T]) Free() bool { return b.free }
 type Counts struct {
 	FreeBlocks int   // free blocks
 	FreeBytes  int64 // their bytes
-	// Of them, the blocks that share their segment with other blocks
-	// (torch's inactive_split) and their bytes, in small ([0]) and large
-	// ([1]) segments.
+	// Of them, the blocks in segments that have an active block (torch's
+	// inactive_split: free, but not to be freed while the segment is in
+	// use) and their bytes, in small ([0]) and large ([1]) segments. A
+	// segment whose blocks are all free has none, merged or not.
 	SplitBlocks [2]int
 	SplitBytes  [2]int64
 	Segments    int // segments, active or free

@@ -13,8 +13,8 @@
 //   - Arenas: a splitting arena. Segments are cut into blocks aligned to
 //     the device's base-address alignment; free blocks are indexed by size
 //     class (TLSF's two-level index, the classes being PyOpenCL's bins), a
-//     request takes a good fit and splits it, and a block given back merges
-//     with its free neighbours.
+//     request takes the best fit (the smallest free block that fits) and
+//     splits it, and a block given back merges with its free neighbours.
 //
 // Nothing here is safe for concurrent use: the pool calls it under its
 // lock. Nothing here counts statistics either: a policy reports the sizes

@@ -1,12 +1,24 @@
 package policy
 
-import "math/bits"
+import (
+	"fmt"
+	"math/bits"
+)
 
 // freeIndex lists free blocks by size class (the bins of BinNumber) in
 // TLSF's two-level index: a bitmap of exponents with a listed block, and
 // per exponent a bitmap of its classes, so that the first class above a
-// size that has a block is found in O(1). Each class's list is doubly
-// linked through the blocks' fprev and fnext, newest first.
+// size that has a block is found in O(1).
+//
+// Each class's list is doubly linked through the blocks' fprev and fnext,
+// smallest first, the newest first among blocks of one size; the head's
+// fprev is the tail (the class's largest block), the tail's fnext nil. So
+// whether a class has a block of at least n bytes is known in O(1) (its
+// tail), and its smallest such block is found, as the place to list a
+// block is, by walking from both ends of the list at once: past the
+// blocks smaller than n or past those that fit, whichever are fewer. A
+// class of one size (every class of blocks under 2^(lb+1) units) has no
+// such walk.
 type freeIndex[T comparable] struct {
 	lb    int
 	heads classTable[*Block[T]] // the first block of each class
@@ -19,23 +31,87 @@ func newFreeIndex[T comparable](lb int) freeIndex[T] {
 	return freeIndex[T]{lb: lb, heads: newClassTable[*Block[T]](lb)}
 }
 
-// head returns the newest block of class c, or nil.
+// head returns the smallest block of class c (the newest of its size),
+// or nil.
 func (x *freeIndex[T]) head(c uint32) *Block[T] { return x.heads.get(c) }
 
-// push lists b at the head of its class.
+// tail returns the largest block of class c, or nil.
+func (x *freeIndex[T]) tail(c uint32) *Block[T] {
+	if h := x.heads.get(c); h != nil {
+		return h.fprev
+	}
+	return nil
+}
+
+// fit returns the smallest block of class c of at least n bytes, the
+// newest of that size; nil if none.
+func (x *freeIndex[T]) fit(c uint32, n int64) *Block[T] {
+	head := x.heads.get(c)
+	if head == nil || head.fprev.Size < n {
+		return nil
+	}
+	// The blocks that fit are the list's tail end: walk to its first
+	// from both ends at once, so that the walk is as long as the shorter
+	// side (the blocks smaller than n, or those that fit).
+	f, r := head, head.fprev // r fits
+	for {
+		if f.Size >= n {
+			return f
+		}
+		if r.fprev.Size < n { // r is not the head: f is before it
+			return r
+		}
+		f, r = f.fnext, r.fprev
+	}
+}
+
+// push lists b in its class, before the blocks of its size or larger.
 func (x *freeIndex[T]) push(b *Block[T]) {
 	c := BinNumber(b.Size, x.lb)
 	b.class = c
-	head := x.heads.get(c)
-	b.fprev, b.fnext = nil, head
-	if head != nil {
-		head.fprev = b
-	}
-	x.heads.set(c, b)
 	x.n++
-	if head != nil {
-		return
+	head := x.heads.get(c)
+	switch {
+	case head == nil:
+		b.fprev, b.fnext = b, nil
+		x.heads.set(c, b)
+		x.mark(c)
+	case b.Size <= head.Size:
+		b.fprev, b.fnext = head.fprev, head
+		head.fprev = b
+		x.heads.set(c, b)
+	case b.Size > head.fprev.Size:
+		tail := head.fprev
+		b.fprev, b.fnext = tail, nil
+		tail.fnext = b
+		head.fprev = b
+	default: // between the head and the tail
+		x.insert(b, head, head.fprev)
 	}
+}
+
+// insert lists b after the last block smaller than it, which is f or
+// after it, and before r, of its size or larger: walks from both ends at
+// once, as fit does.
+func (x *freeIndex[T]) insert(b, f, r *Block[T]) {
+	for {
+		if f.fnext.Size >= b.Size {
+			break
+		}
+		if r.fprev.Size < b.Size {
+			f = r.fprev
+			break
+		}
+		f, r = f.fnext, r.fprev
+	}
+	n := f.fnext
+	b.fprev, b.fnext = f, n
+	n.fprev = b
+	f.fnext = b
+}
+
+// mark notes that class c has a block.
+func (x *freeIndex[T]) mark(c uint32) {
 	e, m := c>>x.lb, c&(1<<x.lb-1)
 	if x.marks[e] == nil {
 		x.marks[e] = make([]uint64, (1<<x.lb+63)/64)
@@ -47,19 +123,28 @@ func (x *freeIndex[T]) push(b *Block[T]) {
 // remove takes b, listed, off its class's list.
 func (x *freeIndex[T]) remove(b *Block[T]) {
 	c := b.class
-	if b.fprev != nil {
-		b.fprev.fnext = b.fnext
-	} else {
-		x.heads.set(c, b.fnext)
-	}
-	if b.fnext != nil {
-		b.fnext.fprev = b.fprev
-	}
-	b.fprev, b.fnext = nil, nil
 	x.n--
-	if x.heads.get(c) != nil {
+	p, n := b.fprev, b.fnext
+	b.fprev, b.fnext = nil, nil
+	if p.fnext != b { // b is the head; p, the tail
+		x.heads.set(c, n)
+		if n != nil {
+			n.fprev = p
+			return
+		}
+		x.unmark(c)
 		return
 	}
+	p.fnext = n
+	if n != nil {
+		n.fprev = p
+	} else { // b was the tail
+		x.heads.get(c).fprev = p
+	}
+}
+
+// unmark notes that class c has no block left.
+func (x *freeIndex[T]) unmark(c uint32) {
 	e, m := c>>x.lb, c&(1<<x.lb-1)
 	x.marks[e][m/64] &^= 1 << (m % 64)
 	for _, w := range x.marks[e] {
@@ -128,6 +213,39 @@ func (x *freeIndex[T]) each(f func(c uint32, b *Block[T])) {
 			}
 		}
 	}
+}
+
+// check verifies, for Check, that every marked class has a list, sorted
+// by size and linked both ways, whose head's fprev is its tail, and that
+// they hold every block counted.
+func (x *freeIndex[T]) check() error {
+	n := 0
+	for e := range x.marks {
+		for w, word := range x.marks[e] {
+			for ; word != 0; word &= word - 1 {
+				c := uint32(e)<<x.lb | uint32(w*64+bits.TrailingZeros64(word))
+				head := x.heads.get(c)
+				if head == nil {
+					return fmt.Errorf("class %d marked, but empty", c)
+				}
+				last := head
+				for b := head; b != nil; b = b.fnext {
+					n++
+					if b != head && (b.fprev != last || b.Size < last.Size) {
+						return fmt.Errorf("class %d: block of %d bytes after one of %d, or its links broken", c, b.Size, last.Size)
+					}
+					last = b
+				}
+				if head.fprev != last {
+					return fmt.Errorf("class %d: the head's fprev is not its tail", c)
+				}
+			}
+		}
+	}
+	if n != x.n {
+		return fmt.Errorf("%d blocks in marked classes, %d counted", n, x.n)
+	}
+	return nil
 }
 
 // listed reports whether b is on its class's list.

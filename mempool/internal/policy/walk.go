@@ -3,7 +3,9 @@ package policy
 import "iter"
 
 // Blocks returns the segment's blocks in the order of their offsets; they
-// cover it. (Exact bins cut a segment into one block.)
+// cover it. A segment of one block (an exact bin's, an exact-size or
+// oversize one) yields its block too. A segment a policy returns for the
+// pool to free keeps its blocks, for the pool to walk (their Uses).
 func (s *Segment[T]) Blocks() iter.Seq[*Block[T]] {
 	return func(yield func(*Block[T]) bool) {
 		for b := s.first; b != nil; b = b.next {
