@@ -45,7 +45,7 @@ const pinnedFlags = cl.MemAllocHostPtr | cl.MemReadWrite
 type Pinned struct {
 	q *cl.CommandQueue
 
-	mu   sync.Mutex
+	mu   sync.Mutex            // protects host
 	host map[*cl.Buffer][]byte // the live buffers and their mapped bytes
 }
 

@@ -105,12 +105,12 @@ func (b *Budget) Limit() int64 { return b.budget }
 type Counting struct {
 	inner Allocator
 
-	mu    sync.Mutex
+	mu    sync.Mutex // protects the fields below
 	live  map[*cl.Buffer]struct{}
 	stats CountingStats
 }
 
-// CountingStats is a snapshot of a Counting allocator's counts.
+// CountingStats are a Counting allocator's counts at one moment.
 type CountingStats struct {
 	Allocs    int64 // successful allocations of a buffer
 	Frees     int64 // successful frees
@@ -164,7 +164,7 @@ func (c *Counting) Free(buf *cl.Buffer) error {
 	return c.inner.Free(buf)
 }
 
-// Stats returns a snapshot of the counts.
+// Stats returns the counts now.
 func (c *Counting) Stats() CountingStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()

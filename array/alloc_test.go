@@ -10,6 +10,7 @@ import (
 	"github.com/clpool/clpool/array"
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
+	"github.com/clpool/clpool/internal/pooltest"
 	"github.com/clpool/clpool/mempool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -119,7 +120,7 @@ func TestArraysFreeThroughTheirAllocator(t *testing.T) {
 // negative length is no out-of-memory.
 func TestOverSizeArraysAreOutOfMemory(t *testing.T) {
 	q := cltest.Queue(t)
-	pool := newPool(t, q)
+	pool := pooltest.New(t, q)
 	const tib4 = 4 << 40
 	require.Less(t, q.Device().MaxMemAllocSize, int64(tib4), "the device's largest buffer is under 4 TiB")
 

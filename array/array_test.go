@@ -9,29 +9,11 @@ import (
 	"github.com/clpool/clpool/array"
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
+	"github.com/clpool/clpool/internal/pooltest"
 	"github.com/clpool/clpool/mempool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// newPool returns a pool over a counting Immediate allocator; when the test
-// ends it checks that every array was closed and every device allocation
-// freed once.
-func newPool(t *testing.T, q *cl.CommandQueue, opts ...mempool.Option) *mempool.Pool {
-	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
-	require.NoError(t, err)
-	count := allocator.NewCounting(imm)
-	p, err := mempool.New(count, opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		assert.Zero(t, p.ActiveBlocks(), "every array and temporary was closed")
-		p.StopHolding()
-		cs := count.Stats()
-		assert.Zero(t, cs.Live)
-		assert.Equal(t, cs.Allocs, cs.Frees)
-	})
-	return p
-}
 
 // checkOps runs every operation on arrays of T and compares with the CPU.
 // With view > 0, x and y are views into larger arrays, x at offset view
@@ -157,8 +139,8 @@ func checkOps[T array.Elem](t *testing.T, q *cl.CommandQueue, alloc array.Alloc,
 
 func TestOperationsMatchTheCPU(t *testing.T) {
 	q := cltest.Queue(t)
-	pool := newPool(t, q)
-	arena := newPool(t, q, mempool.WithArena())
+	pool := pooltest.New(t, q)
+	arena := pooltest.New(t, q, mempool.WithArena())
 	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
 	require.NoError(t, err)
 	n := cltest.Size(q, 300, 100_003) // not a multiple of any group size
@@ -207,7 +189,7 @@ func conv[T array.Elem](xs []float64) []T {
 
 func TestConstructors(t *testing.T) {
 	q := cltest.Queue(t)
-	pool := newPool(t, q)
+	pool := pooltest.New(t, q)
 
 	z, err := array.Zeros[float32](q, 5, pool.Allocate)
 	require.NoError(t, err)
@@ -246,7 +228,7 @@ func TestConstructors(t *testing.T) {
 
 func TestEmptyArrays(t *testing.T) {
 	q := cltest.Queue(t)
-	pool := newPool(t, q)
+	pool := pooltest.New(t, q)
 	e, err := array.Zeros[float32](q, 0, pool.Allocate)
 	require.NoError(t, err)
 	assert.Zero(t, pool.ActiveBlocks(), "no memory for nothing")
@@ -269,7 +251,7 @@ func TestEmptyArrays(t *testing.T) {
 
 func TestMisuse(t *testing.T) {
 	q := cltest.Queue(t)
-	pool := newPool(t, q)
+	pool := pooltest.New(t, q)
 	a, err := array.Zeros[float32](q, 4, pool.Allocate)
 	require.NoError(t, err)
 	defer a.Close()
@@ -326,7 +308,7 @@ func TestAllocationFailureIsReturned(t *testing.T) {
 // from the pool: its partial and final results, given back at once.
 func TestEveryTemporaryGoesThroughTheAllocator(t *testing.T) {
 	q := cltest.Queue(t)
-	pool := newPool(t, q)
+	pool := pooltest.New(t, q)
 	var calls int
 	counted := func(n int64) (*mempool.PooledBuffer, error) { calls++; return pool.Allocate(n) }
 	x, err := array.Full[float32](q, 1000, 1, counted)
@@ -349,7 +331,7 @@ func TestEveryTemporaryGoesThroughTheAllocator(t *testing.T) {
 
 func TestConcurrentArraysShareKernels(t *testing.T) {
 	q := cltest.Queue(t)
-	pool := newPool(t, q)
+	pool := pooltest.New(t, q)
 	var wg sync.WaitGroup
 	for w := range 6 {
 		wg.Add(1)

@@ -8,6 +8,7 @@ import (
 	"github.com/clpool/clpool/array"
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
+	"github.com/clpool/clpool/internal/pooltest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -17,14 +18,7 @@ import (
 func counting(t *testing.T, q *cl.CommandQueue) *allocator.Counting {
 	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
 	require.NoError(t, err)
-	c := allocator.NewCounting(imm)
-	t.Cleanup(func() {
-		s := c.Stats()
-		assert.Zero(t, s.Live, "leaked buffers")
-		assert.Equal(t, s.Allocs, s.Frees)
-		assert.Zero(t, s.BadFrees)
-	})
-	return c
+	return pooltest.Counting(t, imm)
 }
 
 // builtInDefault puts the built-in default back when the test ends,
@@ -69,7 +63,7 @@ func TestDefaultAllocatorBuiltIn(t *testing.T) {
 func TestSetDefaultAllocator(t *testing.T) {
 	q := cltest.Queue(t)
 	builtInDefault(t)
-	pool := newPool(t, q)
+	pool := pooltest.New(t, q)
 	count := counting(t, q)
 
 	prev := array.SetDefaultAllocator(count.Allocate)
@@ -124,7 +118,7 @@ func TestDefaultAllocatorOfAnotherContext(t *testing.T) {
 	other := cltest.Queue(t) // a context of its own
 	require.NotSame(t, q.Context(), other.Context())
 	builtInDefault(t)
-	pool := newPool(t, q)
+	pool := pooltest.New(t, q)
 	array.SetDefaultAllocator(pool.Allocate)
 
 	a, err := array.Zeros[int32](other, 4, array.Alloc(nil))

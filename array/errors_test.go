@@ -7,6 +7,7 @@ import (
 	"github.com/clpool/clpool/array"
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
+	"github.com/clpool/clpool/internal/pooltest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -16,7 +17,7 @@ import (
 // matches its sentinel.
 func TestErrorMessages(t *testing.T) {
 	q := cltest.Queue(t)
-	pool := newPool(t, q)
+	pool := pooltest.New(t, q)
 	mk := func(n int) *array.Array[float32] {
 		a, err := array.Arange[float32](q, n, 0, 1, pool.Allocate)
 		require.NoError(t, err)
@@ -77,7 +78,7 @@ func TestErrorMessages(t *testing.T) {
 // return zero values.
 func TestNilArraysAndQueuesAreErrors(t *testing.T) {
 	q := cltest.Queue(t)
-	pool := newPool(t, q)
+	pool := pooltest.New(t, q)
 	x, err := array.Zeros[float32](q, 4, pool.Allocate)
 	require.NoError(t, err)
 	defer x.Close()

@@ -120,7 +120,7 @@ func typeOf[T Elem]() clType {
 // arguments from mixing with another's between SetArgs and the enqueue
 // (the runtime copies the arguments at the enqueue).
 type guardedKernel struct {
-	mu sync.Mutex
+	mu sync.Mutex // serializes the setting of k's arguments and k's enqueue
 	k  *cl.Kernel
 }
 
@@ -129,25 +129,25 @@ type kernelSet struct {
 	kernels map[string]*guardedKernel
 }
 
-type cacheKey struct {
+type setKey struct {
 	ctx  *cl.Context
 	elem string
 }
 
-// cache holds the kernels built so far, per context and element type, for
-// the life of the process (or until ReleaseKernels).
-var cache = struct {
-	mu   sync.Mutex
-	sets map[cacheKey]*kernelSet
-}{sets: map[cacheKey]*kernelSet{}}
+// built holds the kernels built so far, per context and element type,
+// for the life of the process (or until ReleaseKernels).
+var built = struct {
+	mu   sync.Mutex // protects sets; held while a set is built, so that each is built once
+	sets map[setKey]*kernelSet
+}{sets: map[setKey]*kernelSet{}}
 
 // kernelsFor returns the kernels for T in ctx, building them the first time.
 func kernelsFor[T Elem](ctx *cl.Context) (*kernelSet, error) {
 	t := typeOf[T]()
-	key := cacheKey{ctx, t.name}
-	cache.mu.Lock()
-	defer cache.mu.Unlock()
-	if ks := cache.sets[key]; ks != nil {
+	key := setKey{ctx, t.name}
+	built.mu.Lock()
+	defer built.mu.Unlock()
+	if ks := built.sets[key]; ks != nil {
 		return ks, nil
 	}
 	prog, err := ctx.BuildProgram(fmt.Sprintf(kernelSource, t.pragma, t.name, t.lowest, t.highest, t.isnan), "")
@@ -163,7 +163,7 @@ func kernelsFor[T Elem](ctx *cl.Context) (*kernelSet, error) {
 		}
 		ks.kernels[name] = &guardedKernel{k: k}
 	}
-	cache.sets[key] = ks
+	built.sets[key] = ks
 	return ks, nil
 }
 
@@ -178,12 +178,12 @@ func (ks *kernelSet) release() {
 // releasing a context that arrays were used on, in programs that make many
 // contexts; arrays used on ctx afterwards build them again.
 func ReleaseKernels(ctx *cl.Context) {
-	cache.mu.Lock()
-	defer cache.mu.Unlock()
-	for key, ks := range cache.sets {
+	built.mu.Lock()
+	defer built.mu.Unlock()
+	for key, ks := range built.sets {
 		if key.ctx == ctx {
 			ks.release()
-			delete(cache.sets, key)
+			delete(built.sets, key)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/clpool/clpool/array"
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
+	"github.com/clpool/clpool/internal/pooltest"
 	"github.com/clpool/clpool/mempool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -17,7 +18,7 @@ import (
 // values not in the array; OpenCL's max and min leave NaN undefined.)
 func TestMaxMinPropagateNaN(t *testing.T) {
 	q := cltest.Queue(t)
-	pool := newPool(t, q)
+	pool := pooltest.New(t, q)
 	// long spans several work-groups of the first stage and several
 	// elements per work-item.
 	long := cltest.Size(q, 300, 20_000)

@@ -7,6 +7,7 @@ import (
 	"github.com/clpool/clpool/array"
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
+	"github.com/clpool/clpool/internal/pooltest"
 	"github.com/clpool/clpool/mempool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -103,12 +104,7 @@ func TestOperationsOverSVMMatchTheCPU(t *testing.T) {
 	}
 	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
 	require.NoError(t, err)
-	count := allocator.NewCounting(imm)
-	t.Cleanup(func() {
-		cs := count.Stats()
-		assert.Zero(t, cs.Live, "every buffer of the mixed arrays was freed")
-		assert.Equal(t, cs.Allocs, cs.Frees)
-	})
+	count := pooltest.Counting(t, imm) // every buffer of the mixed arrays is freed once
 	for grain, fine := range gs {
 		pool, arena := svmPool(t, q, fine), svmPool(t, q, fine, mempool.WithArena())
 		allocs := map[string]array.Alloc{
@@ -158,8 +154,7 @@ func TestSVMTransfers(t *testing.T) {
 	n := cltest.Size(q, 1000, 1<<16)
 	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
 	require.NoError(t, err)
-	count := allocator.NewCounting(imm)
-	t.Cleanup(func() { assert.Zero(t, count.Stats().Live, "every buffer was freed") })
+	count := pooltest.Counting(t, imm)
 	for grain, fine := range gs {
 		t.Run(grain, func(t *testing.T) {
 			budget := svmBudget(t, q, false, fine)

@@ -5,13 +5,14 @@ import (
 
 	"github.com/clpool/clpool/array"
 	"github.com/clpool/clpool/internal/cltest"
+	"github.com/clpool/clpool/internal/pooltest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 func TestSliceSharesMemory(t *testing.T) {
 	q := cltest.Queue(t)
-	pool := newPool(t, q)
+	pool := pooltest.New(t, q)
 	base, err := array.Arange[int32](q, 10, 0, 1, pool.Allocate)
 	require.NoError(t, err)
 	defer base.Close()
@@ -51,7 +52,7 @@ func TestSliceSharesMemory(t *testing.T) {
 
 func TestSliceBounds(t *testing.T) {
 	q := cltest.Queue(t)
-	pool := newPool(t, q)
+	pool := pooltest.New(t, q)
 	base, err := array.Zeros[float32](q, 4, pool.Allocate)
 	require.NoError(t, err)
 	for _, b := range [][2]int{{-1, 2}, {3, 2}, {0, 5}, {5, 5}} {
@@ -77,7 +78,7 @@ func TestSliceBounds(t *testing.T) {
 // order; a view outlives the array it was sliced from.
 func TestViewsKeepTheMemory(t *testing.T) {
 	q := cltest.Queue(t)
-	pool := newPool(t, q)
+	pool := pooltest.New(t, q)
 	base, err := array.Arange[float64](q, 8, 0, 1, pool.Allocate)
 	require.NoError(t, err)
 	a, err := base.Slice(0, 4)
@@ -103,7 +104,7 @@ func TestViewsKeepTheMemory(t *testing.T) {
 
 func TestInPlaceOverlapIsRefused(t *testing.T) {
 	q := cltest.Queue(t)
-	pool := newPool(t, q)
+	pool := pooltest.New(t, q)
 	base, err := array.Arange[float32](q, 10, 0, 1, pool.Allocate)
 	require.NoError(t, err)
 	defer base.Close()

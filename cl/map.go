@@ -98,8 +98,8 @@ type mapping struct {
 // UnmapBuffer refuses a slice that is not one, on every runtime, before
 // the driver sees it.
 var mapped = struct {
-	sync.Mutex
-	by map[*Buffer][]mapping
+	sync.Mutex // protects by
+	by         map[*Buffer][]mapping
 }{by: make(map[*Buffer][]mapping)}
 
 // MapBuffer maps size bytes of buf from offset into host memory

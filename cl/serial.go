@@ -7,9 +7,10 @@ import (
 
 // serialMu serializes the calls on objects of runtimes that are not safe
 // for concurrent use, although OpenCL 1.2 requires it of every call but
-// clSetKernelArg. Oclgrind 21.10 is one: two goroutines creating and
-// releasing buffers at once corrupt its heap ("double free or corruption").
-// On other runtimes the objects' serial flag is false and nothing is locked.
+// clSetKernelArg; it protects no fields. Oclgrind 21.10 is one such
+// runtime: two goroutines creating and releasing buffers at once corrupt
+// its heap ("double free or corruption"). On other runtimes the objects'
+// serial flag is false and nothing is locked.
 var serialMu sync.Mutex
 
 // threadUnsafePlatforms names, in lower case, the platforms whose calls are

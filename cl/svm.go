@@ -137,6 +137,10 @@ type SVM struct {
 	flags SVMFlags
 	ctx   *Context
 
+	// mu protects the fields below. The calls that pass the SVM to the
+	// runtime hold it from their checks (see at) through the call, so that
+	// Free cannot come between; a blocking copy to or from host memory
+	// holds it for the checks only (see hostCopyRegion).
 	mu        sync.Mutex
 	freed     bool
 	mapped    bool  // a map of the host is outstanding (EnqueueSVMMap)

@@ -124,7 +124,7 @@ func (l *ladder) try() *segment {
 func (p *Pool) serve(req *request) (*block, []policy.Use, error) {
 	req.mayDrain = !p.cachesGone.Load() && (p.arena || p.blockSize(req.size) <= cacheMaxBlock)
 	lad := ladder{frees: -1}
-	p.lockReplayed(req.q)
+	p.lockFlushed(req.q)
 	d := p.decide(req, &lad)
 	p.mu.Unlock()
 	for {
@@ -368,11 +368,11 @@ func isOutOfMemory(err error) bool {
 // not serve: it tried a segment of n bytes last, and the device refused
 // it with cause (nil: the limit refused it).
 func (p *Pool) outOfMemory(req *request, n int64, cause error) error {
-	p.replayAll() // the figures count what the queue caches did too
+	p.flushAll() // the figures count what the queue caches did too
 	p.lock()
 	defer p.mu.Unlock()
 	p.l.oomRefused()
-	s := p.snapshot()
+	s := p.statsLocked()
 	e := &OutOfMemoryError{
 		Requested: req.size, AllocSize: n,
 		ActiveBlocks: s.ActiveBlocks, ActiveBytes: s.ActiveBytes,

@@ -3,7 +3,6 @@ package mempool
 import (
 	"fmt"
 	"runtime"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -132,9 +131,9 @@ func (b *PooledBuffer) Closed() bool { return b.closedMark() < 0 }
 
 // closedMark returns the size field, negative once closed. Close marks
 // it under the lock of the buffer's queue's cache (see give), so that of
-// two racing Closes one wins; the field is read and written atomically
-// everywhere but under that lock.
-func (b *PooledBuffer) closedMark() int64 { return atomic.LoadInt64(&b.size) }
+// two racing Closes one wins. Nothing reads or writes it atomically: the
+// other methods are for the buffer's one goroutine (see PooledBuffer).
+func (b *PooledBuffer) closedMark() int64 { return b.size }
 
 // Close gives the block back to the pool. A second Close returns ErrClosed.
 // After StopHolding, Close frees the block's segment once it is wholly

@@ -18,7 +18,6 @@ import (
 // called with p.mu held, and returns with it held.
 type core struct {
 	queues  []*qstate      // every queue allocated for, by id-1
-	caches  []*qstate      // every queue cache: the pool's host (no queue) first, then queues
 	pol     placement      // where blocks go
 	slab    []PooledBuffer // handed out one by one without drop safety (see handOut)
 	holding bool           // false after StopHolding: given-back blocks are freed
@@ -89,8 +88,8 @@ func (c *core) decide(req *request, lad *ladder) (d decision) {
 	if !d.drain {
 		c.countMiss(req)
 	}
+	d.stale = c.forget(d.free...) // first: the room counts the segments freed
 	d.seg = c.reserve(lad.try(), lad.own.Size)
-	d.stale = c.forget(d.free...)
 	if d.drain {
 		lad.pending = d.seg
 	}

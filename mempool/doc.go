@@ -24,8 +24,9 @@
 // for requests up to 1 MiB; for larger ones, 1/16 of what the pool already
 // holds in multiples of 2 MiB, at most 256 MiB, or, where that is less than
 // the request, the request rounded to 256 KiB (a request over 128 MiB
-// always gets its own); after the device or the limit refuses one, a
-// smaller one, down to the request's own size. A request takes a good fit among the free
+// always gets its own); where the limit leaves less room, the room; after
+// the device or the limit refuses one and nothing else helps, a segment of
+// the request's own size (see Out of memory). A request takes a good fit among the free
 // blocks (a two-level size-class index, the classes being the bins above)
 // and splits off the rest; a block given back merges with its free
 // neighbours. A few small blocks given back wait unmerged instead, for a
@@ -134,25 +135,43 @@
 //
 // # Out of memory
 //
-// When the allocator reports an out-of-memory (cl.ErrMemObjectAllocationFailure,
-// cl.ErrOutOfResources or cl.ErrOutOfHostMemory), the pool runs the garbage
-// collector, so that dropped buffers come back, then frees held blocks one
-// at a time, largest bin first, retrying after each. (An arena first frees
-// the wholly free segments it kept while growing within its slack, and
-// retries: they cost nothing to give up.) If nothing is left to
-// free, Allocate returns an *OutOfMemoryError that wraps the allocator's
-// error and matches ErrOutOfMemory. Other allocator errors return at once.
-// A request larger than the device's largest buffer (MaxMemAllocSize) fails
-// at once, freeing nothing, with an *OutOfMemoryError that names that size
-// and also matches cl.ErrInvalidBufferSize: code written for torch or CuPy
-// expects their out-of-memory error there.
+// A request goes down one ladder, in one order, whether the limit or the
+// device refuses a new segment (the allocator reports
+// cl.ErrMemObjectAllocationFailure, cl.ErrOutOfResources,
+// cl.ErrOutOfHostMemory or allocator.ErrOutOfMemory):
+//
+//  1. a free block that fits, the queue caches drained first;
+//  2. a new segment of the policy's size;
+//  3. on a refusal, an arena first frees the wholly free segments it kept
+//     while growing within its slack, and retries: they cost nothing to
+//     give up;
+//  4. with drop safety, the garbage collector runs, so that dropped
+//     buffers come back (PyOpenCL's order), and, if any did, the request
+//     is tried again;
+//  5. wholly free segments (with exact bins, held blocks) are freed one at
+//     a time, largest first, retrying after each;
+//  6. a segment of the request's own size instead of the policy's, as
+//     RMM's pool grows by the request: near a full device a 1000-byte
+//     request takes one block's bytes, not a segment's;
+//  7. Allocate returns an *OutOfMemoryError that says where the memory is,
+//     wraps the allocator's error (nil for the limit's) and matches
+//     ErrOutOfMemory (the same value as allocator.ErrOutOfMemory).
+//
+// Other allocator errors return at once. A request larger than the
+// device's largest buffer (MaxMemAllocSize) fails at once, freeing
+// nothing, with an *OutOfMemoryError that names that size and also
+// matches cl.ErrInvalidBufferSize: code written for torch or CuPy expects
+// their out-of-memory error there. It counts in OOMs and reaches the
+// hooks as a malloc that failed, as every refused request does.
 //
 // # Limits
 //
-// A limit caps the pool's managed bytes, checked before the device is asked:
-// a request that would pass it makes the pool free held segments first, as
-// above. A request that could not fit even in an empty pool fails at once
-// and keeps what the pool holds. The limit comes from WithLimit (bytes),
+// A limit caps the pool's managed bytes, checked before the device is asked
+// (segments being allocated count against it): a request that would pass
+// it goes down the ladder above. An arena's segment larger than the room
+// the limit leaves shrinks to the room, if the request fits. A request
+// whose own block could not fit even in an empty pool fails at once and
+// keeps what the pool holds. The limit comes from WithLimit (bytes),
 // WithLimitFraction (of the device's global memory, as torch's
 // set_per_process_memory_fraction), or, when neither is given, the
 // environment variable CLPOOL_MEMORY_LIMIT ("1073741824", "2GiB", "50%"), as
@@ -162,7 +181,7 @@
 //
 // # Counters and statistics
 //
-// Stats returns a consistent snapshot: active and held blocks and bytes,
+// Stats returns the counters, consistent at one moment: active and held blocks and bytes,
 // managed bytes and peaks, hits and misses, device allocations and frees,
 // reclaimed buffers and out-of-memory retries, and the statistics of
 // torch.cuda.memory_stats (allocation, allocated bytes, segment, reserved
@@ -194,7 +213,8 @@
 // lock alone, without the pool's. So goroutines that each allocate on a
 // queue of their own (through Pool.On, or pool.Allocate over an allocator
 // of that queue) do not contend, and a hit costs less than the pool's
-// own path even on one queue. With drop safety, the hit sets its
+// own path even on one queue. Requests on no queue (pool.Allocate over
+// allocator.Deferred) have a cache of their own, which only they use. With drop safety, the hit sets its
 // buffer's finalizer, and Close clears it, under that queue's lock, which
 // lines up the finalizer calls of the goroutines on one queue (the
 // runtime's own lock for them costs far more contended).

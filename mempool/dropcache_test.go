@@ -11,6 +11,7 @@ import (
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
+	"github.com/clpool/clpool/internal/pooltest"
 	"github.com/clpool/clpool/mempool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -87,28 +88,15 @@ func TestDropSafetyQueuesStress(t *testing.T) {
 				ons[i] = f.pool.On(q)
 			}
 			var allocs, drops atomic.Int64
-			stop, stopped := make(chan struct{}), make(chan struct{})
-			go func() {
-				defer close(stopped)
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					s := f.pool.Stats()
-					assert.Equal(t, s.Allocation.All.Current, s.Allocation.Small.Current+s.Allocation.Large.Current)
-					assert.GreaterOrEqual(t, s.HeldBlocks, 0)
-					assert.GreaterOrEqual(t, s.Allocation.All.Current, int64(0))
-					switch i % 4 {
-					case 0:
-						runtime.GC()
-					case 1:
-						_ = f.pool.FreeHeld()
-					}
-					runtime.Gosched()
+			stopReading := pooltest.ReadStats(t, f.pool, func(i int) {
+				switch i % 4 {
+				case 0:
+					runtime.GC()
+				case 1:
+					_ = f.pool.FreeHeld()
 				}
-			}()
+				runtime.Gosched()
+			})
 			var wg sync.WaitGroup
 			for w := range 8 {
 				wg.Add(1)
@@ -149,8 +137,7 @@ func TestDropSafetyQueuesStress(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			close(stop)
-			<-stopped
+			stopReading()
 			require.Eventually(t, func() bool {
 				runtime.GC()
 				return f.pool.ActiveBlocks() == 0

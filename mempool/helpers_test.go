@@ -3,12 +3,13 @@ package mempool_test
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
+	"github.com/clpool/clpool/internal/pooltest"
 	"github.com/clpool/clpool/mempool"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -20,38 +21,42 @@ type fixture struct {
 }
 
 // newFixture builds the pool over wrap(Immediate), counting what reaches
-// the device. When the test ends, with every buffer closed, it stops the
-// pool and checks that every device allocation was freed exactly once.
+// the device (pooltest.NewOver). When the test ends, with every buffer
+// closed, it closes the pool and checks that every device allocation was
+// freed exactly once.
 func newFixture(t *testing.T, wrap func(allocator.Allocator) allocator.Allocator, opts ...mempool.Option) *fixture {
 	t.Helper()
 	q := cltest.Queue(t)
-	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
-	require.NoError(t, err)
-	count := allocator.NewCounting(imm)
-	var a allocator.Allocator = count
-	if wrap != nil {
-		a = wrap(count)
-	}
-	p, err := mempool.New(a, opts...)
-	require.NoError(t, err)
-	f := &fixture{q: q, count: count, pool: p}
-	t.Cleanup(func() { f.requireNoLeaks(t) })
-	return f
+	p, count := pooltest.NewOver(t, q, wrap, opts...)
+	return &fixture{q: q, count: count, pool: p}
 }
 
-// requireNoLeaks stops the pool and checks nothing is left on the device.
-func (f *fixture) requireNoLeaks(t *testing.T) {
+// hangLimit is how long a call of the pool may take before a test calls
+// it hung: far longer than any takes, a garbage collection and Oclgrind
+// included.
+const hangLimit = 10 * time.Second
+
+// within runs fn in a goroutine and reports whether it returned within
+// hangLimit. If it did not, it fails the test, saying what hung, and
+// leaves fn running, so that a hang fails the test instead of hanging the
+// suite (a test whose pool may still hold its lock must then call nothing
+// of it, nor leave a cleanup that does). fn runs off the test's
+// goroutine: it must not call t.FailNow (no require), only record what it
+// got.
+func within(t testing.TB, what string, fn func()) bool {
 	t.Helper()
-	require.Zero(t, f.pool.ActiveBlocks(), "a test left buffers open")
-	f.pool.StopHolding()
-	s, c := f.pool.Stats(), f.count.Stats()
-	assert.Zero(t, s.HeldBlocks)
-	assert.Zero(t, s.ManagedBytes)
-	assert.Zero(t, c.Live, "device buffers never freed")
-	assert.Zero(t, c.BadFrees, "device buffers freed twice")
-	assert.Equal(t, c.Allocs, c.Frees)
-	assert.Equal(t, c.Allocs, s.DeviceAllocs)
-	assert.Equal(t, c.Frees, s.DeviceFrees)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(hangLimit):
+		t.Errorf("%s did not return within %v: it hangs", what, hangLimit)
+		return false
+	}
 }
 
 // counters is the part of Stats the pool's semantics pin.

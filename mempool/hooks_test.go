@@ -6,6 +6,7 @@ import (
 
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/internal/pooltest"
 	"github.com/clpool/clpool/mempool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -202,23 +203,7 @@ func TestStatsAgainstAHandComputedSequence(t *testing.T) {
 
 func TestStatsStayConsistentUnderConcurrency(t *testing.T) {
 	f := newFixture(t, nil)
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	wg.Add(1)
-	go func() { // a reader checking invariants while others allocate
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			s := f.pool.Stats()
-			assert.Equal(t, s.Allocation.All.Current, s.Allocation.Small.Current+s.Allocation.Large.Current)
-			assert.Equal(t, int64(s.ActiveBlocks+s.HeldBlocks), s.Segment.All.Current)
-			assert.LessOrEqual(t, s.AllocatedBytes.All.Current+s.HeldBytes, s.ReservedBytes.All.Current)
-		}
-	}()
+	stopReading := pooltest.ReadStats(t, f.pool, nil)
 	var workers sync.WaitGroup
 	for w := range 4 {
 		workers.Add(1)
@@ -233,8 +218,7 @@ func TestStatsStayConsistentUnderConcurrency(t *testing.T) {
 		}()
 	}
 	workers.Wait()
-	close(stop)
-	wg.Wait()
+	stopReading()
 }
 
 func TestOutOfMemoryErrorSummary(t *testing.T) {

@@ -13,8 +13,9 @@ import (
 // limits, queues, hooks, statistics) sees a segment's memory only as a
 // mem, and asks its source for more.
 
-// mem is a segment's memory, or a block's cached handle: a device buffer
-// or an SVM allocation, never both. Its zero value is no memory.
+// mem is a segment's memory, or the sub-buffer kept with a block (see
+// PooledBuffer.Buffer): a device buffer or an SVM allocation, never both.
+// Its zero value is no memory.
 type mem struct {
 	buf *cl.Buffer
 	svm *cl.SVM

@@ -25,10 +25,9 @@ type placement interface {
 	// nil; it may prefer blocks that only queue q may still use.
 	GetOn(size int64, q int32) *block
 	// NewSegment returns the segment, not yet allocated, that a miss of
-	// size makes; Smaller a smaller size to try after the device refused n
-	// bytes (0: none).
+	// size makes (the pool's ladder may try a segment of BlockSize(size)
+	// bytes instead, with the same marks).
 	NewSegment(size int64) *segment
-	Smaller(size, n int64) int64
 	// BeforeGrow returns, removed, the segments to free before a new
 	// segment is made for size; TakeKept, those it kept that a device
 	// refusing a new segment of n bytes makes free at once.

@@ -32,6 +32,7 @@ type Pool struct {
 	hooks      atomic.Pointer[[]*hookEntry] // nil when none: the hot path checks only that
 	caching    atomic.Bool                  // queue caches take blocks (qcache.go)
 	cachesGone atomic.Bool                  // caching is off for good and the caches are drained
+	caches     atomic.Pointer[[]*qstate]    // every queue cache: p.host's, then each queue's; replaced, never changed, under p.mu
 	hooksMu    sync.Mutex                   // serializes AddHook and its remove; protects nothing else
 	locks      *atomic.Int64                // counts lock's acquisitions, in tests; nil otherwise
 
@@ -109,7 +110,8 @@ func newPool(call string, src source, opts []Option) (*Pool, error) {
 	p.caching.Store(!c.noCaches)
 	p.cachesGone.Store(c.noCaches)
 	p.host = newQstate(nil, 0)
-	p.defq, p.caches = p.host, []*qstate{p.host}
+	p.defq = p.host
+	p.caches.Store(&[]*qstate{p.host})
 	if q := allocator.QueueOf(src.outer()); q != nil {
 		p.defq, _ = p.queueState(q)
 	}
@@ -175,11 +177,12 @@ func (p *Pool) Close() error {
 	return errors.Join(errs...)
 }
 
-// Stats returns a snapshot of the pool's counters.
+// Stats returns the pool's counters, consistent at one moment (every
+// queue cache's sums flushed first).
 func (p *Pool) Stats() Stats {
 	qs, cached := p.lockCaches()
 	defer p.unlockCaches(qs)
-	s := p.snapshot()
+	s := p.statsLocked()
 	if len(cached) > 0 && s.HeldBytes > 0 {
 		largest := p.pol.LargestFree()
 		for b := range cached {

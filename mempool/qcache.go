@@ -203,16 +203,16 @@ func (p *Pool) flushIfDue(r *qstate) {
 }
 
 // flushCache brings r's cache's sums into the ledger: it takes p.mu for
-// replay. r.c.mu must be held.
+// flushCacheLocked. r.c.mu must be held.
 func (p *Pool) flushCache(r *qstate) {
 	p.lock()
-	p.replay(r)
+	p.flushCacheLocked(r)
 	p.mu.Unlock()
 }
 
-// replay brings r's cache's sums into the ledger. r.c.mu and p.mu must
-// be held.
-func (p *Pool) replay(r *qstate) {
+// flushCacheLocked brings r's cache's sums into the ledger. p.mu must be
+// held, and r.c.mu too (taken before p.mu: see the lock order above).
+func (p *Pool) flushCacheLocked(r *qstate) {
 	if r.c.d.ops() == 0 {
 		return
 	}
@@ -221,32 +221,29 @@ func (p *Pool) replay(r *qstate) {
 	p.l.sync(p.pol.Counts())
 }
 
-// lockReplayed takes p.mu for an operation on queue r (p.host: none),
+// lockFlushed takes p.mu for an operation on queue r (p.host: none),
 // with r's cache's sums in the ledger first, so that the ledger sees the
 // queue's operations in order. Once caching is off, the caches were
 // drained (see StopHolding) and there is nothing to bring in.
-func (p *Pool) lockReplayed(r *qstate) {
+func (p *Pool) lockFlushed(r *qstate) {
 	if p.cachesGone.Load() {
 		p.lock()
 		return
 	}
 	r.c.mu.Lock()
 	p.lock()
-	p.replay(r)
+	p.flushCacheLocked(r)
 	r.c.mu.Unlock()
 }
 
-// cacheList returns every queue cache: p.host's and each queue's.
-func (p *Pool) cacheList() []*qstate {
-	p.lock()
-	defer p.mu.Unlock()
-	return p.caches
-}
+// cacheList returns every queue cache: p.host's and each queue's. It
+// takes no lock: the list is replaced, never changed.
+func (p *Pool) cacheList() []*qstate { return *p.caches.Load() }
 
-// replayAll brings every queue's cache's sums into the ledger.
-func (p *Pool) replayAll() {
+// flushAll brings every queue's cache's sums into the ledger.
+func (p *Pool) flushAll() {
 	for _, qs := range p.cacheList() {
-		p.lockReplayed(qs)
+		p.lockFlushed(qs)
 		p.mu.Unlock()
 	}
 }
@@ -265,7 +262,7 @@ func (p *Pool) drainCaches() (moved bool) {
 			continue
 		}
 		p.lock()
-		p.replay(qs)
+		p.flushCacheLocked(qs)
 		var gone []*segment
 		// Each block records r's use now, not at its Close: a marker
 		// started after now follows the Close too, so ordering stays
@@ -301,10 +298,10 @@ func (p *Pool) lockCaches() ([]*qstate, map[*block]bool) {
 			q.c.mu.Lock()
 		}
 		p.lock()
-		if len(p.caches) == len(qs) {
+		if len(p.cacheList()) == len(qs) {
 			cached := map[*block]bool{}
 			for _, q := range qs {
-				p.replay(q)
+				p.flushCacheLocked(q)
 				for _, b := range q.c.blocks {
 					cached[b] = true
 				}

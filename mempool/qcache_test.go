@@ -8,6 +8,7 @@ import (
 
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
+	"github.com/clpool/clpool/internal/pooltest"
 	"github.com/clpool/clpool/mempool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -143,24 +144,7 @@ func TestQueueCacheIsSharedAndFreed(t *testing.T) {
 // Stats read while goroutines allocate on their queues stay consistent.
 func TestQueueCacheStatsUnderConcurrency(t *testing.T) {
 	f := newFixture(t, nil, mempool.WithArena(), mempool.WithDropSafety(false))
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			s := f.pool.Stats()
-			assert.Equal(t, s.Allocation.All.Current, s.Allocation.Small.Current+s.Allocation.Large.Current)
-			assert.LessOrEqual(t, s.AllocatedBytes.All.Current+s.HeldBytes, s.ReservedBytes.All.Current)
-			assert.GreaterOrEqual(t, s.HeldBlocks, 0)
-			_ = f.pool.Snapshot()
-		}
-	}()
+	stopReading := pooltest.ReadStats(t, f.pool, func(int) { _ = f.pool.Snapshot() })
 	var workers sync.WaitGroup
 	for w := range 4 {
 		on := f.pool.On(cltest.SecondQueue(t, f.q, 0))
@@ -176,8 +160,7 @@ func TestQueueCacheStatsUnderConcurrency(t *testing.T) {
 		}()
 	}
 	workers.Wait()
-	close(stop)
-	wg.Wait()
+	stopReading()
 	s := f.pool.Stats()
 	var requests int64
 	for _, q := range s.Queues {

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/mempool/internal/policy"
 )
@@ -59,79 +58,6 @@ type QueueStats struct {
 	// Blocks held in the queue's own cache (see the package doc).
 	Cached int64
 }
-
-// QueueAllocator allocates from a Pool for use on one command queue: the
-// pool orders the memory it hands out after every command that may still
-// use it on other queues. Its Allocate can be passed to array
-// constructors as pool.Allocate can. See Pool.On.
-type QueueAllocator struct {
-	p   *Pool
-	qs  *qstate
-	err error
-}
-
-// On returns an allocator of the pool's memory for use on q. Blocks given
-// back on q are reused on q with no OpenCL call (q in order); a block
-// last used on another queue is handed over after the commands that may
-// still use it (see the package doc). q must be of the pool's context;
-// the pool does not retain it: keep it until the pool is closed.
-func (p *Pool) On(q *cl.CommandQueue) *QueueAllocator {
-	qs, err := p.queueState(q)
-	return &QueueAllocator{p: p, qs: qs, err: err}
-}
-
-// Queue returns the allocator's queue.
-func (a *QueueAllocator) Queue() *cl.CommandQueue {
-	if a.qs == nil {
-		return nil
-	}
-	return a.qs.q
-}
-
-// Allocate returns a buffer of at least size bytes for use on the
-// allocator's queue; see Pool.Allocate.
-func (a *QueueAllocator) Allocate(size int64) (*PooledBuffer, error) {
-	if a.err != nil {
-		return nil, a.err
-	}
-	return a.p.allocate(size, a.qs)
-}
-
-// FreeHeld frees the pool's wholly free segments that only the
-// allocator's queue may still use (CuPy's free_all_blocks(stream)). It
-// first gives every queue's cache back to the pool.
-func (a *QueueAllocator) FreeHeld() error {
-	if a.err != nil {
-		return a.err
-	}
-	return a.p.freeHeldIf(func(b *block) bool { return b.Only(a.qs.id) })
-}
-
-// queueState returns the state of q, made at its first use.
-func (p *Pool) queueState(q *cl.CommandQueue) (*qstate, error) {
-	if q == nil {
-		return nil, fmt.Errorf("mempool: On(nil): %w", cl.ErrInvalidCommandQueue)
-	}
-	if ctx := p.context(); ctx != nil && q.Context() != ctx {
-		return nil, ErrQueueMismatch
-	}
-	p.lock()
-	defer p.mu.Unlock()
-	for _, qs := range p.queues {
-		if qs.q == q {
-			return qs, nil
-		}
-	}
-	qs := newQstate(q, int32(len(p.queues)+1))
-	p.queues = append(p.queues, qs)
-	p.caches = append(p.caches, qs)
-	p.l.s.Queues = append(p.l.s.Queues, QueueStats{Queue: q})
-	return qs, nil
-}
-
-// context returns the context of the pool's allocator, if it (or an
-// allocator it wraps) says.
-func (p *Pool) context() *cl.Context { return allocator.ContextOf(p.src.outer()) }
 
 // handover is what a block taken for queue r needs before r may use it:
 // the uses to wait for. It is nil, and costs nothing, when only r (in
@@ -296,8 +222,8 @@ func (p *Pool) queueByID(id int32) *qstate {
 func (qs *qstate) fence(seq uint64, r *qstate) (ready bool, marked int64, err error) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	defer qs.releaseIfClosedLocked() // a handover racing the pool's Close keeps no marker
-	if marked, err = qs.markLocked(seq); err != nil {
+	defer qs.releaseIfClosed() // a handover racing the pool's Close keeps no marker
+	if marked, err = qs.mark(seq); err != nil {
 		return false, marked, err
 	}
 	if qs.done {
@@ -317,8 +243,8 @@ func (qs *qstate) fence(seq uint64, r *qstate) (ready bool, marked int64, err er
 func (qs *qstate) retainMarker(seq uint64) (m *cl.Event, marked int64, err error) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	defer qs.releaseIfClosedLocked() // a handover racing the pool's Close keeps no marker
-	if marked, err = qs.markLocked(seq); err != nil || qs.done {
+	defer qs.releaseIfClosed() // a handover racing the pool's Close keeps no marker
+	if marked, err = qs.mark(seq); err != nil || qs.done {
 		return nil, marked, err
 	}
 	if m, err = qs.marker.Retain(); err != nil {
@@ -327,11 +253,11 @@ func (qs *qstate) retainMarker(seq uint64) (m *cl.Event, marked int64, err error
 	return m, marked, nil
 }
 
-// markLocked makes qs.marker a marker that covers the commands enqueued
+// mark makes qs.marker a marker that covers the commands enqueued
 // on qs before a block was given back when qs had started seq markers,
 // enqueuing (and flushing) one if the newest does not (marked 1), and
 // sets qs.done if it is seen complete. qs.mu must be held.
-func (qs *qstate) markLocked(seq uint64) (marked int64, err error) {
+func (qs *qstate) mark(seq uint64) (marked int64, err error) {
 	if qs.marker == nil || qs.markerSeq <= seq {
 		n := qs.seq.Add(1) // before the enqueue: see seq
 		m, err := qs.q.EnqueueMarker()
@@ -361,65 +287,14 @@ func (qs *qstate) release() error {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	qs.closed = true
-	return qs.releaseIfClosedLocked()
+	return qs.releaseIfClosed()
 }
 
-func (qs *qstate) releaseIfClosedLocked() error {
+func (qs *qstate) releaseIfClosed() error {
 	if !qs.closed || qs.marker == nil {
 		return nil
 	}
 	err := qs.marker.Release()
 	qs.marker = nil
 	return err
-}
-
-// RecordQueue records that the buffer is also used on q, as torch's
-// record_stream does: when it is given back, a request on another queue
-// waits for the commands enqueued on q before Close too. q must be of the
-// pool's context. After Close it returns ErrClosed.
-func (b *PooledBuffer) RecordQueue(q *cl.CommandQueue) error {
-	if b == nil {
-		return fmt.Errorf("mempool: RecordQueue on a nil PooledBuffer: %w", ErrClosed)
-	}
-	p := b.pool
-	qs, err := p.queueState(q)
-	if err != nil {
-		return err
-	}
-	// A Close may be putting the block in b.q's cache, which reads
-	// b.blk.Uses under that lock.
-	b.q.c.mu.Lock()
-	defer b.q.c.mu.Unlock()
-	p.lock()
-	defer p.mu.Unlock()
-	if b.closedMark() < 0 {
-		return ErrClosed
-	}
-	if qs == b.q {
-		return nil
-	}
-	for _, u := range b.blk.Uses {
-		if u.Queue == qs.id {
-			return nil
-		}
-	}
-	b.blk.Uses = append(b.blk.Uses, policy.Use{Queue: qs.id})
-	return nil
-}
-
-// Queue returns the queue the buffer was allocated for (by Pool.On, or the
-// allocator's), or nil if none.
-func (b *PooledBuffer) Queue() *cl.CommandQueue { return b.q.q }
-
-// freeHeldIf frees the wholly free segments whose block pred accepts.
-func (p *Pool) freeHeldIf(pred func(*block) bool) error {
-	p.drainCaches()
-	p.lock()
-	var segs []*segment
-	for s := p.pol.TakeFreeIf(pred); s != nil; s = p.pol.TakeFreeIf(pred) {
-		segs = append(segs, s)
-	}
-	stale := p.forget(segs...)
-	p.mu.Unlock()
-	return p.freeSegments(segs, stale)
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sync/atomic"
 
 	"github.com/clpool/clpool/mempool/internal/policy"
 )
@@ -38,15 +37,15 @@ func (p *Pool) putBack(pb *PooledBuffer, keepUses bool) error { return p.give(pb
 func (p *Pool) give(pb *PooledBuffer, hooks hookList, record bool) error {
 	r := pb.q
 	// Every Close of pb takes r's cache's lock before anything else:
-	// under it, pb's closed mark is set once (atomically, as Size and
-	// the other accessors read it without the lock).
+	// under it, pb's closed mark is set once, so that of two racing
+	// Closes one wins.
 	r.c.mu.Lock()
 	size := pb.size
 	if size < 0 {
 		r.c.mu.Unlock()
 		return ErrClosed
 	}
-	atomic.StoreInt64(&pb.size, ^size)
+	pb.size = ^size
 	if hooks == nil && record && p.putCached(pb, size) {
 		r.c.mu.Unlock()
 		return nil

@@ -11,8 +11,9 @@ import (
 
 // This file is Set: a pool per context, as CuPy's MemoryPool keeps a pool
 // per device. The set only routes; each pool keeps its own lock, limit and
-// statistics. The set's lock guards its map and is never held while a
-// pool is called.
+// statistics. The set's mu protects its pools, their order, the limits and
+// closed; it is held while a pool is made (and its allocator with it), but
+// never while a pool is called.
 
 // NewAllocFunc makes the allocator of a Set's pool, at the first request on
 // a context; q is the queue of that request. The allocator must allocate in
@@ -46,9 +47,12 @@ type Set struct {
 	ctor      string                                   // "New" or "NewSVM": the kind of pools
 	opts      []Option
 
-	limitMu sync.Mutex // serializes SetLimit, so that the last call's limit stays
+	// limitMu serializes SetLimit (it protects no fields), so that the
+	// limit a pool keeps is the last call's: without it, two calls could
+	// record their limits in one order and set them in the other.
+	limitMu sync.Mutex
 
-	mu     sync.Mutex // protects the fields below
+	mu     sync.Mutex // protects the fields below; never held while a pool is called
 	pools  map[*cl.Context]*Pool
 	order  []setEntry // the pools in order of first use: Stats' and MemoryStats' indices
 	limits map[*cl.Context]int64
@@ -249,10 +253,11 @@ type DeviceStats struct {
 
 // SetStats are the statistics of a Set: each pool's, and their sums.
 //
-// Each pool's Stats are a consistent snapshot, but the pools are read one
-// after the other, so the sums may mix moments. There are no peaks across
-// pools: each pool counts its peaks on its own, at its own moments, and no
-// sum of them is the peak of the total; read them in Devices.
+// Each pool's Stats are read at one moment and agree with each other, but
+// the pools are read one after the other, so the sums may mix moments.
+// There are no peaks across pools: each pool counts its peaks on its own,
+// at its own moments, and no sum of them is the peak of the total; read
+// them in Devices.
 type SetStats struct {
 	// Devices has each pool's statistics, in order of first use: the
 	// indices of MemoryStats.

@@ -37,9 +37,9 @@ type SegmentSnapshot struct {
 	Blocks []BlockSnapshot `json:"blocks"` // by offset; together they cover the segment
 }
 
-// The states of a block in a snapshot: handed out; free in a segment that
-// is wholly free (the pool can free it); free in a segment with active
-// blocks (torch's inactive split: it cannot be freed alone).
+// The states of a block in a snapshot: handed out; held (kept for reuse)
+// in a segment the pool can free whole; held in a segment it shares with
+// other blocks (torch's inactive split: it cannot be freed alone).
 const (
 	StateActive        = "active"
 	StateHeld          = "held"
@@ -69,11 +69,11 @@ type historyKeeper interface {
 }
 
 // Snapshot returns the pool's segments and blocks now, for either policy.
-// It holds the pool's lock while it walks them: a snapshot is for looking,
-// not for a hot path.
+// It holds the pool's lock, and every queue's cache's, while it walks
+// them: a snapshot is for looking, not for a hot path.
 func (p *Pool) Snapshot() Snapshot {
 	qs, cached := p.lockCaches()
-	st := p.snapshot()
+	st := p.statsLocked()
 	s := Snapshot{
 		Time:         time.Now(),
 		Policy:       st.Policy,
@@ -84,9 +84,10 @@ func (p *Pool) Snapshot() Snapshot {
 	}
 	for seg, id := range p.l.segs {
 		ss := SegmentSnapshot{ID: id, Size: seg.Size, Small: seg.Small}
-		// As the statistics count them: a block in a queue's cache is
-		// held unless its segment has other blocks; the policy's free
-		// blocks are held only in a segment that is wholly free.
+		// As the statistics count them: a cached block (in a queue's
+		// cache) is StateHeld unless its segment has other blocks; the
+		// policy's free blocks are StateHeld only in a segment that is
+		// wholly free. Both are held blocks.
 		whollyFree := seg.WhollyFree()
 		for b := range seg.Blocks() {
 			bs := BlockSnapshot{Offset: b.Off, Size: b.Size}

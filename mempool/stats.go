@@ -1,8 +1,13 @@
 package mempool
 
-// SmallBlock is the size under which a block counts as small in the
-// torch-style statistics (torch's small pool holds blocks up to 1 MiB).
-const SmallBlock = 1 << 20
+import "github.com/clpool/clpool/mempool/internal/policy"
+
+// SmallBlock, 1 MiB as in torch, splits the small pool from the large one
+// in the torch-style statistics: a block counts as small if it is of a
+// small segment, which with an arena serves requests up to SmallBlock,
+// and with exact bins is a block under SmallBlock. It is the policies'
+// own split (policy.SmallRequest), of which it is the exported name.
+const SmallBlock = policy.SmallRequest
 
 // Stat is one statistic as torch.cuda.memory_stats keeps it: its value now,
 // the most it has been, and the totals added to it and taken from it.
@@ -28,8 +33,8 @@ func (s *Stat) sub(n int64) {
 // large blocks apart: torch's "all", "small_pool" and "large_pool".
 //
 // Inside the pool only Small, Large and All.Peak are kept up to date; the
-// rest of All is their sum, filled in by the snapshot (sumAll). That spares
-// the hot path a third of the work.
+// rest of All is their sum, filled in when the statistics are read
+// (sumAll). That spares the hot path a third of the work.
 type StatGroup struct {
 	All, Small, Large Stat
 }
@@ -88,12 +93,14 @@ func (g *StatGroup) sumAll() {
 
 func (g *StatGroup) each(f func(*Stat)) { f(&g.All); f(&g.Small); f(&g.Large) }
 
-// Stats is a snapshot of a pool's counters, taken under its lock, so the
-// fields agree with each other.
+// Stats is a copy of a pool's counters at one moment, taken under its
+// lock with every queue's cache flushed into them, so the fields agree
+// with each other. (Snapshot, not Stats, is the pool's snapshot.)
 type Stats struct {
 	// Blocks and bytes now. Active blocks are handed out; held blocks were
-	// given back and wait for reuse (the arena's free blocks, split ones
-	// included).
+	// given back and are kept for reuse: the policy's free blocks (an
+	// arena's split ones included) and the blocks cached in the queues'
+	// caches.
 	ActiveBlocks int
 	HeldBlocks   int
 	ActiveBytes  int64 // the sizes requested for the active blocks
@@ -128,8 +135,9 @@ type Stats struct {
 
 	// The torch-style statistics (torch.cuda.memory_stats), by all, small
 	// and large pool; MemoryStats names them as torch does. A block counts
-	// in the pool of its segment: the arena's small segments (requests up
-	// to 1 MiB), or, with exact bins, blocks under SmallBlock.
+	// in the pool of its segment: small for the arena's small segments
+	// (requests up to SmallBlock), or, with exact bins, blocks under
+	// SmallBlock.
 	Allocation     StatGroup // blocks handed out (torch: allocation)
 	AllocatedBytes StatGroup // their sizes (allocated_bytes)
 	RequestedBytes StatGroup // the sizes requested for them (requested_bytes)
@@ -213,7 +221,7 @@ func (p *Pool) MemoryStats() map[string]int64 {
 // ResetPeak sets every peak to its current value, as
 // torch.cuda.reset_peak_memory_stats does.
 func (p *Pool) ResetPeak() {
-	p.replayAll()
+	p.flushAll()
 	p.lock()
 	defer p.mu.Unlock()
 	p.l.resetPeak()
@@ -223,15 +231,15 @@ func (p *Pool) ResetPeak() {
 // Stat, hits, misses, device allocations and frees, retries and refusals),
 // as torch.cuda.reset_accumulated_memory_stats does.
 func (p *Pool) ResetAccumulated() {
-	p.replayAll()
+	p.flushAll()
 	p.lock()
 	defer p.mu.Unlock()
 	p.l.resetAccumulated()
 }
 
-// snapshot copies the counters and fills in the fields derived from them.
-// p.mu must be held.
-func (p *Pool) snapshot() Stats {
+// statsLocked copies the counters into a Stats and fills in the fields
+// derived from them. p.mu must be held.
+func (p *Pool) statsLocked() Stats {
 	s := p.l.s
 	s.Queues = append([]QueueStats(nil), s.Queues...)
 	s.Active, s.ActiveBlockBytes = s.Allocation, s.AllocatedBytes

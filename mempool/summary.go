@@ -37,7 +37,7 @@ var byteUnits = []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
 // As in torch, the three byte counts of a column share a unit, chosen by
 // the count for all blocks: B below 768 KiB, KiB below 768 MiB, MiB below
 // 768 GiB, and so on; a count is rounded to the nearest whole unit.
-// "Non-releasable memory" is Stats.InactiveSplitBytes: free blocks that
+// "Non-releasable memory" is Stats.InactiveSplitBytes: held blocks that
 // share their segment with other blocks, which FreeHeld cannot return to
 // the device.
 //

@@ -9,22 +9,15 @@ import (
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
+	"github.com/clpool/clpool/internal/pooltest"
 	"github.com/clpool/clpool/mempool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// summaryPool returns a pool over an Immediate allocator on the test
-// device, with no limit unless opts set one, closed when the test ends.
-func summaryPool(t *testing.T, opts ...mempool.Option) *mempool.Pool {
-	t.Helper()
-	alloc, err := allocator.NewImmediate(cltest.Queue(t), cl.MemReadWrite)
-	require.NoError(t, err)
-	p, err := mempool.New(alloc, append([]mempool.Option{mempool.WithLimit(0)}, opts...)...)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, p.Close()) })
-	return p
-}
+// noLimit keeps a summary's limit "none", whatever CLPOOL_MEMORY_LIMIT
+// says.
+var noLimit = mempool.WithLimit(0)
 
 // summaryOf returns the pool's summary.
 func summaryOf(t *testing.T, p *mempool.Pool) string {
@@ -48,7 +41,7 @@ func summaryAllocate(t *testing.T, p *mempool.Pool, size int64) *mempool.PooledB
 // the 4 MiB one given back. Every figure below is worked out by hand from
 // those sizes.
 func TestWriteSummaryShowsTheStatistics(t *testing.T) {
-	p := summaryPool(t)
+	p := pooltest.New(t, nil, noLimit)
 	a := summaryAllocate(t, p, 4000)
 	b := summaryAllocate(t, p, 1000)
 	c := summaryAllocate(t, p, 4<<20)
@@ -109,7 +102,7 @@ func TestWriteSummaryShowsTheStatistics(t *testing.T) {
 // segment. A request over the maximum split size gets an oversize segment
 // of its own.
 func TestWriteSummaryArena(t *testing.T) {
-	p := summaryPool(t, mempool.WithArena(), mempool.WithMaxSplitSize(1<<20))
+	p := pooltest.New(t, nil, noLimit, mempool.WithArena(), mempool.WithMaxSplitSize(1<<20))
 	a := summaryAllocate(t, p, 1000)
 	b := summaryAllocate(t, p, 1000)
 	big := summaryAllocate(t, p, 3<<20)
@@ -186,7 +179,7 @@ type errWriter struct{ err error }
 func (w errWriter) Write([]byte) (int, error) { return 0, w.err }
 
 func TestWriteSummaryReturnsTheWritersError(t *testing.T) {
-	p := summaryPool(t)
+	p := pooltest.New(t, nil, noLimit)
 	full := errors.New("disk full")
 	err := p.WriteSummary(errWriter{full})
 	require.ErrorIs(t, err, full)

@@ -19,10 +19,13 @@ import (
 // The time is taken as the line is written, so the times of the lines
 // never go down.
 type DebugPrint struct {
-	mu    sync.Mutex
-	enc   *json.Encoder
 	start time.Time // it holds a monotonic reading
-	err   error
+
+	// mu protects the fields below. Each line's time is taken under it,
+	// so that the times of the lines never go down.
+	mu  sync.Mutex
+	enc *json.Encoder
+	err error // the first write error
 }
 
 // NewDebugPrint returns a hook writing to w.

@@ -25,10 +25,11 @@ import (
 // History's memory is the ring of n entries, grown as it fills, and the
 // ids of the blocks live now. It is safe for concurrent use.
 type History struct {
-	mu     sync.Mutex
-	start  time.Time // for the events' times; it holds a monotonic reading
+	start time.Time // for the events' times; it holds a monotonic reading
+	size  int       // the ring's capacity, n
+
+	mu     sync.Mutex // protects the fields below
 	ring   []HistoryEntry
-	size   int              // the ring's capacity, n
 	next   int              // where the next entry goes, once the ring is full
 	ids    map[uint64]int64 // live block ID -> trace id
 	lastID int64

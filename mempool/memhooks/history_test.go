@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/clpool/clpool/internal/pooltest"
 	"github.com/clpool/clpool/mempool"
 	"github.com/clpool/clpool/mempool/memhooks"
 	"github.com/clpool/clpool/trace"
@@ -180,7 +181,7 @@ func TestHistoryAllocatesNothingPerEventOnceFull(t *testing.T) {
 }
 
 func TestHistoryOnAPoolWritesATraceThatReplays(t *testing.T) {
-	p := newPool(t)
+	p := pooltest.New(t, nil)
 	h := memhooks.NewHistory(50)
 	before, err := p.Allocate(64) // handed out before the History: its free is not recorded
 	require.NoError(t, err)
@@ -210,7 +211,7 @@ func TestHistoryOnAPoolWritesATraceThatReplays(t *testing.T) {
 	events, err := trace.Read(&out)
 	require.NoError(t, err)
 	assert.NotEmpty(t, events)
-	p2 := newPool(t)
+	p2 := pooltest.New(t, nil)
 	require.NoError(t, trace.Replay(events, p2.Allocate, (*mempool.PooledBuffer).Close))
 	for _, b := range window {
 		require.NoError(t, b.Close())

@@ -21,8 +21,8 @@ import (
 // also subtracts frees from used bytes, so the in-use view shows the memory
 // live now and where it was asked for.
 type LineProfile struct {
-	mu     sync.Mutex
-	stacks map[string]*stackRecord
+	mu     sync.Mutex              // protects the fields below and their records
+	stacks map[string]*stackRecord // by the stack's frames
 	live   map[uint64]*stackRecord // live block ID -> the stack that allocated it
 }
 

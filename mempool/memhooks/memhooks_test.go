@@ -14,6 +14,7 @@ import (
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
+	"github.com/clpool/clpool/internal/pooltest"
 	"github.com/clpool/clpool/mempool"
 	"github.com/clpool/clpool/mempool/memhooks"
 	"github.com/clpool/clpool/trace"
@@ -22,18 +23,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func newPool(t *testing.T) *mempool.Pool {
-	q := cltest.Queue(t)
-	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
-	require.NoError(t, err)
-	p, err := mempool.New(imm)
-	require.NoError(t, err)
-	t.Cleanup(func() { p.Close() })
-	return p
-}
-
 func TestDebugPrintWritesJSONLines(t *testing.T) {
-	p := newPool(t)
+	p := pooltest.New(t, nil)
 	var out bytes.Buffer
 	d := memhooks.NewDebugPrint(&out)
 	p.AddHook(d)
@@ -113,7 +104,7 @@ func askLarge(t *testing.T, p *mempool.Pool) *mempool.PooledBuffer {
 // TestLineProfilePrintCountsDepthAsCuPy pins Print's maxDepth to CuPy's
 // max_depth, which counts _root as level 1.
 func TestLineProfilePrintCountsDepthAsCuPy(t *testing.T) {
-	p := newPool(t)
+	p := pooltest.New(t, nil)
 	lp := memhooks.NewLineProfile()
 	p.AddHook(lp)
 	small := askSmall(t, p)
@@ -151,7 +142,7 @@ func TestLineProfilePrintCountsDepthAsCuPy(t *testing.T) {
 }
 
 func TestLineProfile(t *testing.T) {
-	p := newPool(t)
+	p := pooltest.New(t, nil)
 	lp := memhooks.NewLineProfile()
 	p.AddHook(lp)
 	small := mempool.AllocSize(mempool.BinNumber(4096, 4), 4)
@@ -226,7 +217,7 @@ func TestLineProfile(t *testing.T) {
 }
 
 func TestRecordedTraceReplaysToTheSameCounters(t *testing.T) {
-	p := newPool(t)
+	p := pooltest.New(t, nil)
 	var out bytes.Buffer
 	rec := memhooks.NewTraceRecorder(&out)
 	p.AddHook(rec)
@@ -276,7 +267,7 @@ func TestRecordedTraceReplaysToTheSameCounters(t *testing.T) {
 
 // A LineProfile names the call sites of a snapshot's active blocks.
 func TestLineProfileNamesSnapshotSites(t *testing.T) {
-	p := newPool(t)
+	p := pooltest.New(t, nil)
 	lp := memhooks.NewLineProfile()
 	remove := p.AddHook(lp)
 	defer remove()
@@ -302,7 +293,7 @@ func TestLineProfileNamesSnapshotSites(t *testing.T) {
 
 // A History hook's events come with the pool's snapshots.
 func TestSnapshotCarriesTheHistory(t *testing.T) {
-	p := newPool(t)
+	p := pooltest.New(t, nil)
 	h := memhooks.NewHistory(8)
 	remove := p.AddHook(h)
 	defer remove()

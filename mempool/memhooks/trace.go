@@ -17,12 +17,15 @@ import (
 // made, from the monotonic clock, taken as the event is written, so that
 // times never go back down the file.
 type TraceRecorder struct {
-	mu    sync.Mutex
-	w     *trace.Writer
-	start time.Time        // it holds a monotonic reading
-	ids   map[uint64]int64 // live block ID -> trace id
-	next  int64
-	err   error
+	start time.Time // it holds a monotonic reading
+
+	// mu protects the fields below. Each event's time is taken under it,
+	// so that the times never go back down the file.
+	mu   sync.Mutex
+	w    *trace.Writer
+	ids  map[uint64]int64 // live block ID -> trace id
+	next int64            // the last trace id given
+	err  error            // the first write error
 }
 
 // NewTraceRecorder returns a hook writing to w. Call Flush when done.

@@ -18,7 +18,7 @@ var ErrNameTaken = errors.New("metrics: name taken")
 // under a name of its own (the pool label). Pools can be added and removed
 // while it is registered. It is safe for concurrent use.
 type Collector struct {
-	mu    sync.Mutex
+	mu    sync.Mutex               // protects pools; never held while a pool is read
 	pools map[string]*mempool.Pool // by name
 }
 
@@ -75,7 +75,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect sends the metrics of every pool, from one Stats snapshot each.
+// Collect sends the metrics of every pool, from one Stats call each.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	pools := make(map[string]*mempool.Pool, len(c.pools))
@@ -244,7 +244,7 @@ var queueMetrics = []struct {
 		func(q *mempool.QueueStats) float64 { return float64(q.Markers) }, 0},
 	{queueDesc("host_waits_total", "Host waits for one of the queue's markers (requests on no queue)."),
 		func(q *mempool.QueueStats) float64 { return float64(q.HostWaits) }, 0},
-	{queueDesc("cached_blocks", "Blocks waiting in the queue's own cache (pools without drop safety)."),
+	{queueDesc("cached_blocks", "Held blocks cached in the queue's own cache."),
 		func(q *mempool.QueueStats) float64 { return float64(q.Cached) }, prometheus.GaugeValue},
 }
 

@@ -16,8 +16,8 @@
 //
 // Every series has the labels device (cl.Device.String of the pool's
 // device; empty when the pool does not know it) and pool (the name given to
-// NewCollector or Add). Each figure is read from one Pool.Stats snapshot
-// per pool and scrape, so the figures of a scrape agree with each other.
+// NewCollector or Add). Each figure is read from one Pool.Stats call per
+// pool and scrape, so the figures of a scrape agree with each other.
 //
 // Each torch statistic X of torch.cuda.memory_stats kept by pool size
 // (allocation, allocated_bytes, requested_bytes, active, active_bytes,
@@ -50,7 +50,8 @@
 // clpool_queue_hits_total, clpool_queue_handovers_total,
 // clpool_queue_ready_total, clpool_queue_barriers_total,
 // clpool_queue_markers_total and clpool_queue_host_waits_total, and the gauge
-// clpool_queue_cached_blocks (blocks waiting in the queue's own cache).
+// clpool_queue_cached_blocks (held blocks cached in the queue's own
+// cache).
 //
 // Pool.ResetAccumulated sets the totals back to zero; Prometheus takes that
 // as a counter reset, which rate and increase allow for.

@@ -12,9 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/clpool/clpool/allocator"
-	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
+	"github.com/clpool/clpool/internal/pooltest"
 	"github.com/clpool/clpool/mempool"
 	"github.com/clpool/clpool/mempool/metrics"
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,18 +22,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// newPool returns a pool over an Immediate allocator on q, closed when the
-// test ends.
-func newPool(t *testing.T, q *cl.CommandQueue, opts ...mempool.Option) *mempool.Pool {
-	t.Helper()
-	alloc, err := allocator.NewImmediate(q, cl.MemReadWrite)
-	require.NoError(t, err)
-	p, err := mempool.New(alloc, opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, p.Close()) })
-	return p
-}
 
 // allocate allocates size bytes with alloc (a pool's or a queue
 // allocator's Allocate), closed when the test ends.
@@ -88,7 +75,7 @@ func scrape(t *testing.T, url string) map[string]float64 {
 // small) on a second queue.
 func TestCollectorServesThePoolsStatistics(t *testing.T) {
 	q := cltest.Queue(t)
-	p := newPool(t, q, mempool.WithLimit(64<<20))
+	p := pooltest.New(t, q, mempool.WithLimit(64<<20))
 	a := allocate(t, p.Allocate, 4000)
 	b, err := p.Allocate(4 << 20)
 	require.NoError(t, err)
@@ -157,7 +144,7 @@ func TestCollectorServesThePoolsStatistics(t *testing.T) {
 // Pools come and go under their names; a name is taken once.
 func TestCollectorAddAndRemove(t *testing.T) {
 	q := cltest.Queue(t)
-	first, second := newPool(t, q), newPool(t, q, mempool.WithArena())
+	first, second := pooltest.New(t, q), pooltest.New(t, q, mempool.WithArena())
 	allocate(t, first.Allocate, 100)
 
 	c := metrics.NewCollector("", nil)
@@ -200,7 +187,7 @@ func TestCollectorOfNoPool(t *testing.T) {
 // _total, units are base units, every metric has help.
 func TestCollectorFollowsPrometheusConventions(t *testing.T) {
 	q := cltest.Queue(t)
-	p := newPool(t, q)
+	p := pooltest.New(t, q)
 	allocate(t, p.Allocate, 100)
 	problems, err := testutil.CollectAndLint(metrics.NewCollector("main", p))
 	require.NoError(t, err)
@@ -218,7 +205,7 @@ func uniqueName(t *testing.T) string {
 
 func TestPublishServesMemoryStats(t *testing.T) {
 	q := cltest.Queue(t)
-	p := newPool(t, q)
+	p := pooltest.New(t, q)
 	allocate(t, p.Allocate, 4000)
 	name := uniqueName(t)
 	require.NoError(t, metrics.Publish(name, p))
@@ -251,7 +238,7 @@ func TestPublishServesMemoryStats(t *testing.T) {
 
 // expvar panics on a name published twice; Publish returns an error.
 func TestPublishRefusesATakenName(t *testing.T) {
-	p := newPool(t, cltest.Queue(t))
+	p := pooltest.New(t, cltest.Queue(t))
 	name := uniqueName(t)
 	require.NoError(t, metrics.Publish(name, p))
 

@@ -8,8 +8,9 @@ import (
 	"github.com/clpool/clpool/mempool"
 )
 
-// publishMu makes Publish's check and publication one step, so that two
-// Publish calls of one name cannot both pass the check.
+// publishMu serializes Publish (it protects no fields), so that its check
+// of a name and its publication are one step: two Publish calls of one
+// name cannot both pass the check.
 var publishMu sync.Mutex
 
 // Publish publishes p's MemoryStats (torch.cuda.memory_stats' keys and

@@ -1,0 +1,138 @@
+package mempool
+
+import (
+	"fmt"
+
+	"github.com/clpool/clpool/allocator"
+	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/mempool/internal/policy"
+)
+
+// This file is the queues' API: On and its QueueAllocator, a queue's
+// state made at its first use, RecordQueue. How reuse is ordered across
+// queues is queue.go's.
+
+// QueueAllocator allocates from a Pool for use on one command queue: the
+// pool orders the memory it hands out after every command that may still
+// use it on other queues. Its Allocate can be passed to array
+// constructors as pool.Allocate can. See Pool.On.
+type QueueAllocator struct {
+	p   *Pool
+	qs  *qstate
+	err error
+}
+
+// On returns an allocator of the pool's memory for use on q. Blocks given
+// back on q are reused on q with no OpenCL call (q in order); a block
+// last used on another queue is handed over after the commands that may
+// still use it (see the package doc). q must be of the pool's context;
+// the pool does not retain it: keep it until the pool is closed.
+func (p *Pool) On(q *cl.CommandQueue) *QueueAllocator {
+	qs, err := p.queueState(q)
+	return &QueueAllocator{p: p, qs: qs, err: err}
+}
+
+// Queue returns the allocator's queue.
+func (a *QueueAllocator) Queue() *cl.CommandQueue {
+	if a.qs == nil {
+		return nil
+	}
+	return a.qs.q
+}
+
+// Allocate returns a buffer of at least size bytes for use on the
+// allocator's queue; see Pool.Allocate.
+func (a *QueueAllocator) Allocate(size int64) (*PooledBuffer, error) {
+	if a.err != nil {
+		return nil, a.err
+	}
+	return a.p.allocate(size, a.qs)
+}
+
+// FreeHeld frees the pool's wholly free segments that only the
+// allocator's queue may still use (CuPy's free_all_blocks(stream)). It
+// first gives every queue's cache back to the pool.
+func (a *QueueAllocator) FreeHeld() error {
+	if a.err != nil {
+		return a.err
+	}
+	return a.p.freeHeldIf(func(b *block) bool { return b.Only(a.qs.id) })
+}
+
+// queueState returns the state of q, made at its first use.
+func (p *Pool) queueState(q *cl.CommandQueue) (*qstate, error) {
+	if q == nil {
+		return nil, fmt.Errorf("mempool: On(nil): %w", cl.ErrInvalidCommandQueue)
+	}
+	if ctx := p.context(); ctx != nil && q.Context() != ctx {
+		return nil, ErrQueueMismatch
+	}
+	p.lock()
+	defer p.mu.Unlock()
+	for _, qs := range p.queues {
+		if qs.q == q {
+			return qs, nil
+		}
+	}
+	qs := newQstate(q, int32(len(p.queues)+1))
+	p.queues = append(p.queues, qs)
+	caches := append(*p.caches.Load(), qs) // a new array: readers keep theirs
+	p.caches.Store(&caches)
+	p.l.s.Queues = append(p.l.s.Queues, QueueStats{Queue: q})
+	return qs, nil
+}
+
+// context returns the context of the pool's allocator, if it (or an
+// allocator it wraps) says.
+func (p *Pool) context() *cl.Context { return allocator.ContextOf(p.src.outer()) }
+
+// RecordQueue records that the buffer is also used on q, as torch's
+// record_stream does: when it is given back, a request on another queue
+// waits for the commands enqueued on q before Close too. q must be of the
+// pool's context. After Close it returns ErrClosed.
+func (b *PooledBuffer) RecordQueue(q *cl.CommandQueue) error {
+	if b == nil {
+		return fmt.Errorf("mempool: RecordQueue on a nil PooledBuffer: %w", ErrClosed)
+	}
+	p := b.pool
+	qs, err := p.queueState(q)
+	if err != nil {
+		return err
+	}
+	// A Close may be putting the block in b.q's cache, which reads
+	// b.blk.Uses under that lock.
+	b.q.c.mu.Lock()
+	defer b.q.c.mu.Unlock()
+	p.lock()
+	defer p.mu.Unlock()
+	if b.closedMark() < 0 {
+		return ErrClosed
+	}
+	if qs == b.q {
+		return nil
+	}
+	for _, u := range b.blk.Uses {
+		if u.Queue == qs.id {
+			return nil
+		}
+	}
+	b.blk.Uses = append(b.blk.Uses, policy.Use{Queue: qs.id})
+	return nil
+}
+
+// Queue returns the queue the buffer was allocated for (by Pool.On, or the
+// allocator's), or nil if none.
+func (b *PooledBuffer) Queue() *cl.CommandQueue { return b.q.q }
+
+// freeHeldIf frees the wholly free segments whose block pred accepts.
+func (p *Pool) freeHeldIf(pred func(*block) bool) error {
+	p.drainCaches()
+	p.lock()
+	var segs []*segment
+	for s := p.pol.TakeFreeIf(pred); s != nil; s = p.pol.TakeFreeIf(pred) {
+		segs = append(segs, s)
+	}
+	stale := p.forget(segs...)
+	p.mu.Unlock()
+	return p.freeSegments(segs, stale)
+}
