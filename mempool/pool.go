@@ -183,6 +183,16 @@ func (p *Pool) Stats() Stats {
 	qs, cached := p.lockCaches()
 	defer p.unlockCaches(qs)
 	s := p.statsLocked()
+	idle, idleBytes := p.idleSplitLocked(cached)
+	for i, g := range []*StatGroup{&s.InactiveSplit, &s.InactiveSplitBytes} {
+		d := [2]int64{idle[0], idle[1]}
+		if i == 1 {
+			d = idleBytes
+		}
+		g.Small.Current -= d[0]
+		g.Large.Current -= d[1]
+		g.All.Current -= d[0] + d[1]
+	}
 	if len(cached) > 0 && s.HeldBytes > 0 {
 		largest := p.pol.LargestFree()
 		for b := range cached {

@@ -84,24 +84,19 @@ func (p *Pool) Snapshot() Snapshot {
 	}
 	for seg, id := range p.l.segs {
 		ss := SegmentSnapshot{ID: id, Size: seg.Size, Small: seg.Small}
-		// As the statistics count them: a cached block (in a queue's
-		// cache) is StateHeld unless its segment has other blocks; the
-		// policy's free blocks are StateHeld only in a segment that is
-		// wholly free. Both are held blocks.
-		whollyFree := seg.WhollyFree()
+		// As Stats counts them: a held block (free, or in a queue's
+		// cache) is an inactive split if its segment has a block in use,
+		// else StateHeld.
+		split := inUse(seg, cached)
 		for b := range seg.Blocks() {
 			bs := BlockSnapshot{Offset: b.Off, Size: b.Size}
 			switch {
-			case cached[b] && b.Split:
-				bs.State = StateInactiveSplit
-			case cached[b]:
-				bs.State = StateHeld
-			case !b.IsFree():
+			case !b.IsFree() && !cached[b]:
 				bs.State, bs.Requested, bs.Queue, bs.ID = StateActive, b.Requested, int(b.Queue), b.Owner
-			case whollyFree:
-				bs.State = StateHeld
-			default:
+			case split:
 				bs.State = StateInactiveSplit
+			default:
+				bs.State = StateHeld
 			}
 			ss.Blocks = append(ss.Blocks, bs)
 		}

@@ -256,3 +256,43 @@ func (p *Pool) statsLocked() Stats {
 	}
 	return s
 }
+
+// idleSplitLocked returns the inactive splits, small and large, in blocks
+// and bytes, that the counters show but that are none: the held blocks of
+// segments whose only blocks in use wait in queue caches. The counters
+// cannot tell (the policy sees a cached block as in use, and a cached
+// block keeps the split it had when handed out); Stats and Snapshot,
+// which see every cached block, can. p.mu and every queue cache's lock
+// must be held (see lockCaches).
+func (p *Pool) idleSplitLocked(cached map[*block]bool) (blocks, bytes [2]int64) {
+	seen := map[*segment]bool{}
+	for c := range cached {
+		seg := c.Seg
+		if seen[seg] || inUse(seg, cached) {
+			continue
+		}
+		seen[seg] = true
+		i := 0
+		if !seg.Small {
+			i = 1
+		}
+		for b := range seg.Blocks() {
+			if b.IsFree() || cached[b] && b.Split {
+				blocks[i]++
+				bytes[i] += b.Size
+			}
+		}
+	}
+	return blocks, bytes
+}
+
+// inUse reports whether a block of seg is handed out: active, and not in
+// a queue's cache.
+func inUse(seg *segment, cached map[*block]bool) bool {
+	for b := range seg.Blocks() {
+		if !b.IsFree() && !cached[b] {
+			return true
+		}
+	}
+	return false
+}
