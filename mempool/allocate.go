@@ -122,7 +122,7 @@ func (l *ladder) try() *segment {
 // returns the block, handed out for req.pb, and the uses to fence before
 // req's queue may use it.
 func (p *Pool) serve(req *request) (*block, []policy.Use, error) {
-	req.mayDrain = !p.cachesGone.Load() && (p.arena || p.blockSize(req.size) <= cacheMaxBlock)
+	req.mayDrain = p.cacheState.Load() != cachesGone && (p.arena || p.blockSize(req.size) <= cacheMaxBlock)
 	lad := ladder{frees: -1}
 	p.lockFlushed(req.q)
 	d := p.decide(req, &lad)

@@ -17,18 +17,27 @@ import (
 // core is the state the pool's mutex protects. Every method of core is
 // called with p.mu held, and returns with it held.
 type core struct {
-	queues  []*qstate      // every queue allocated for, by id-1
-	pol     placement      // where blocks go
-	slab    []PooledBuffer // handed out one by one without drop safety (see handOut)
-	holding bool           // false after StopHolding: given-back blocks are freed
-	closed  bool
-	limit   int64 // 0: no limit
-	l       ledger
+	queues []*qstate      // every queue allocated for, by id-1
+	pol    placement      // where blocks go
+	slab   []PooledBuffer // handed out one by one without drop safety (see handOut)
+	life   lifecycle      // lifeOpen, then lifeStopped, lifeClosed
+	limit  int64          // 0: no limit
+	l      ledger
 
 	// Set at New, never changed: read without the lock too.
 	maxAlloc int64 // the device's largest buffer; 0 if unknown
 	align    int64 // the arena's block unit; 0 with exact bins
 }
+
+// lifecycle is a pool's stage: each Pool method that moves it moves it
+// forward only.
+type lifecycle uint8
+
+const (
+	lifeOpen    lifecycle = iota // holds given-back blocks for reuse
+	lifeStopped                  // StopHolding: frees segments once wholly free
+	lifeClosed                   // Close: refuses Allocate, and holds nothing
+)
 
 // decision is what the core decided for a request, for the pool to carry
 // out outside its lock: free what it gave up, then exactly one of a hit
@@ -56,7 +65,7 @@ func (c *core) decide(req *request, lad *ladder) (d decision) {
 		c.l.unreserve(lad.pending)
 		lad.pending = nil
 	}
-	if c.closed {
+	if c.life == lifeClosed {
 		return decision{err: ErrPoolClosed}
 	}
 	if b := c.pol.GetOn(req.size, req.q.id); b != nil {
@@ -226,7 +235,7 @@ func (c *core) takeBack(b *block, size int64, r *qstate, record bool) []*segment
 		c.l.segmentRemoved(s)
 		gone = append(gone, s)
 	}
-	if !c.holding {
+	if c.life != lifeOpen { // stopped holding: free what is wholly free
 		gone = c.takeFree(gone, func() bool { return true })
 	}
 	return gone
@@ -276,7 +285,7 @@ func (c *core) recordUses(b *block, r *qstate) {
 // aligned to align (arena), on a device whose largest buffer is maxAlloc
 // (0: unknown), under limit (0: none).
 func newCore(c config, align, maxAlloc, limit int64) core {
-	k := core{holding: true, limit: limit, maxAlloc: maxAlloc}
+	k := core{limit: limit, maxAlloc: maxAlloc}
 	k.l.s = Stats{Policy: "bins", LeadingBits: c.leadingBits, MaxSplitSize: c.maxSplit, Limit: limit, Holding: true}
 	if c.arena {
 		k.align = align

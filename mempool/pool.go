@@ -30,8 +30,7 @@ type Pool struct {
 	host        *qstate // no queue: its cache serves requests on none
 
 	hooks      atomic.Pointer[[]*hookEntry] // nil when none: the hot path checks only that
-	caching    atomic.Bool                  // queue caches take blocks (qcache.go)
-	cachesGone atomic.Bool                  // caching is off for good and the caches are drained
+	cacheState atomic.Int32                 // cachesOn, cachesStopping or cachesGone (qcache.go)
 	caches     atomic.Pointer[[]*qstate]    // every queue cache: p.host's, then each queue's; replaced, never changed, under p.mu
 	hooksMu    sync.Mutex                   // serializes AddHook and its remove; protects nothing else
 	locks      *atomic.Int64                // counts lock's acquisitions, in tests; nil otherwise
@@ -107,8 +106,9 @@ func newPool(call string, src source, opts []Option) (*Pool, error) {
 		p.sizeCap = min(p.maxAlloc, maxRequest)
 	}
 	p.core = newCore(c, arenaAlignment(ctx), p.maxAlloc, limit)
-	p.caching.Store(!c.noCaches)
-	p.cachesGone.Store(c.noCaches)
+	if c.noCaches {
+		p.cacheState.Store(cachesGone)
+	}
 	p.host = newQstate(nil, 0)
 	p.defq = p.host
 	p.caches.Store(&[]*qstate{p.host})
@@ -149,13 +149,15 @@ func (p *Pool) freeHeldWhile(more func() bool) error {
 // they become wholly free instead of holding them. It cannot be undone;
 // Allocate still works. It returns FreeHeld's error.
 func (p *Pool) StopHolding() error {
-	p.caching.Store(false)
+	p.stopCaching()
 	p.lock()
-	p.holding = false
+	if p.life == lifeOpen {
+		p.life = lifeStopped
+	}
 	p.l.setHolding(false)
 	p.mu.Unlock()
 	err := p.FreeHeld() // drains the caches first
-	p.cachesGone.Store(true)
+	p.cacheState.Store(cachesGone)
 	return err
 }
 
@@ -165,9 +167,9 @@ func (p *Pool) StopHolding() error {
 // it held and of releasing its queues' events, joined. Close is
 // idempotent: a second Close frees nothing more and returns nil.
 func (p *Pool) Close() error {
-	p.caching.Store(false)
+	p.stopCaching()
 	p.lock()
-	p.closed = true
+	p.life = lifeClosed
 	queues := p.queues
 	p.mu.Unlock()
 	errs := []error{p.StopHolding()}

@@ -37,6 +37,18 @@ import (
 // Lock order: a queue's c.mu, then p.mu; never the other way. A request
 // on no queue uses p.host's cache, as a queue's.
 
+// States of the queue caches, in Pool.cacheState: one word, moved
+// forward only.
+const (
+	cachesOn       = iota // caches take blocks
+	cachesStopping        // they take no more; those they hold are being drained
+	cachesGone            // off for good, and empty: nothing to lock or flush
+)
+
+// stopCaching makes the caches take no more blocks (unless they are gone
+// already).
+func (p *Pool) stopCaching() { p.cacheState.CompareAndSwap(cachesOn, cachesStopping) }
+
 // Limits of a queue's cache.
 const (
 	cacheBlocks   = 16                  // blocks a queue's cache holds
@@ -116,7 +128,7 @@ func (d *qdelta) put(b *block, size int64) {
 // see handOutLocked); without, nil, and the cache carves one from its
 // slab. The caller checked that hooks are off.
 func (p *Pool) allocateCached(size int64, r *qstate, pb *PooledBuffer) *PooledBuffer {
-	if !p.caching.Load() || r.ooo {
+	if p.cacheState.Load() != cachesOn || r.ooo {
 		return nil // checked again under the lock; this spares pools without caches the lock
 	}
 	if size > cacheMaxBlock {
@@ -124,7 +136,7 @@ func (p *Pool) allocateCached(size int64, r *qstate, pb *PooledBuffer) *PooledBu
 	}
 	c := &r.c
 	c.mu.Lock()
-	if !p.caching.Load() {
+	if p.cacheState.Load() != cachesOn {
 		c.mu.Unlock()
 		return nil
 	}
@@ -178,7 +190,7 @@ func (p *Pool) allocateCached(size int64, r *qstate, pb *PooledBuffer) *PooledBu
 func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 	r, b := pb.q, pb.blk
 	c := &r.c
-	if !p.caching.Load() || r.ooo || !b.Seg.Small || b.Size > cacheMaxBlock || b.Seg.Oversize || b.Seg.Exact ||
+	if p.cacheState.Load() != cachesOn || r.ooo || !b.Seg.Small || b.Size > cacheMaxBlock || b.Seg.Oversize || b.Seg.Exact ||
 		len(c.blocks) == cacheBlocks || len(b.Uses) != 0 || p.hooks.Load() != nil {
 		return false // len(b.Uses): RecordQueue adds to it under c.mu
 	}
@@ -226,7 +238,7 @@ func (p *Pool) flushCacheLocked(r *qstate) {
 // queue's operations in order. Once caching is off, the caches were
 // drained (see StopHolding) and there is nothing to bring in.
 func (p *Pool) lockFlushed(r *qstate) {
-	if p.cachesGone.Load() {
+	if p.cacheState.Load() == cachesGone {
 		p.lock()
 		return
 	}
@@ -252,7 +264,7 @@ func (p *Pool) flushAll() {
 // and frees the segments the policy gives up at once (none today: cached
 // blocks are never exact-size). It reports whether any block moved.
 func (p *Pool) drainCaches() (moved bool) {
-	if p.cachesGone.Load() {
+	if p.cacheState.Load() == cachesGone {
 		return false // caching is off for good and the caches are empty: nothing to lock
 	}
 	for _, qs := range p.cacheList() {
