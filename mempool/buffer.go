@@ -168,7 +168,7 @@ func (p *Pool) collectDropped() {
 	runtime.GC()
 	for range 2 {
 		done := make(chan struct{})
-		runtime.SetFinalizer(new(int64), func(*int64) { close(done) })
+		runtime.SetFinalizer(new(gcMarker), func(*gcMarker) { close(done) })
 		runtime.GC()
 		select {
 		case <-done:
@@ -177,3 +177,10 @@ func (p *Pool) collectDropped() {
 		}
 	}
 }
+
+// gcMarker is collectDropped's marker. It holds a pointer so that the
+// runtime's tiny allocator, which packs small pointer-free objects
+// together, gives it a block of its own: a tiny object's finalizer may
+// never run while a neighbour in its block is alive, and the collection
+// then waited out its timeout (TestLadderCollectionDoesNotWaitOutItsTimeout).
+type gcMarker struct{ _ *gcMarker }

@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
@@ -709,4 +711,81 @@ func FuzzLadder(f *testing.F) {
 		assert.Equal(t, cs.Frees, st.DeviceFrees)
 		assert.Zero(t, bud.Live())
 	})
+}
+
+// Found by FuzzLadder's slowness (most inputs that reach the ladder took
+// 100 ms or more): the ladder's collection (collectDropped, buffer.go)
+// waits for the finalizer of a marker, new(int64), to know that the
+// finalizers of the buffers it dropped have run. An 8-byte pointer-free
+// object comes from the runtime's tiny allocator, which packs it with
+// others in one 16-byte block, and "the finalizer for an unreferenced
+// object in such an allocation may never run if it always exists in the
+// same batch as a referenced object" (runtime.SetFinalizer). Here another
+// goroutine, on the one P, keeps tiny objects alive while the collection
+// runs: the marker shares their block, its finalizer does not run, and
+// every collection waits out its 100 ms timeout and returns early, its
+// second marker never set.
+//
+// The race detector turns the tiny allocator off: under -race the test
+// has nothing to show, and skips.
+func TestLadderCollectionDoesNotWaitOutItsTimeout(t *testing.T) {
+	if !tinyAllocatorOn() {
+		t.Skip("the runtime packs no tiny objects together (the race detector is on)")
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	f := newFixture(t, func(a allocator.Allocator) allocator.Allocator {
+		return allocator.NewBudget(a, 2*mib+4096)
+	}, mempool.WithArena(), mempool.WithoutQueueCaches())
+	// Two blocks fill a small segment: each miss after this one goes down
+	// the ladder, and collects (two blocks are active).
+	x, err := f.pool.Allocate(1 * mib)
+	require.NoError(t, err)
+	y, err := f.pool.Allocate(1 * mib)
+	require.NoError(t, err)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		keep := make([]*int64, 4096) // tiny objects, each alive for 4096 more
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			keep[i%len(keep)] = new(int64)
+			runtime.Gosched()
+		}
+	})
+	const timeout = 100 * time.Millisecond // collectDropped's
+	var took []time.Duration
+	for range 3 {
+		start := time.Now()
+		b, err := f.pool.Allocate(1000) // the device refuses 2 MiB; the ladder collects; then 1024 bytes
+		took = append(took, time.Since(start))
+		require.NoError(t, err)
+		require.NoError(t, b.Close())
+		require.NoError(t, f.pool.FreeHeld())
+	}
+	close(stop)
+	wg.Wait()
+	assert.Less(t, slices.Min(took), timeout, "every collection waited out its timeout: %v", took)
+	require.NoError(t, x.Close())
+	require.NoError(t, y.Close())
+}
+
+// tinySink keeps tinyAllocatorOn's objects on the heap.
+var tinySink [2]*int64
+
+// tinyAllocatorOn reports whether the runtime packs tiny pointer-free
+// objects into shared blocks: whether two 8-byte objects allocated in a
+// row are (in one of a few tries) 8 bytes apart.
+func tinyAllocatorOn() bool {
+	for range 4 {
+		tinySink[0], tinySink[1] = new(int64), new(int64)
+		if uintptr(unsafe.Pointer(tinySink[1]))-uintptr(unsafe.Pointer(tinySink[0])) == 8 {
+			return true
+		}
+	}
+	return false
 }
