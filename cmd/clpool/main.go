@@ -15,6 +15,16 @@
 // size class, the managed bytes against the active bytes with their
 // peaks, and the map of the pool's segments and blocks at the peak. It
 // needs no device.
+//
+//	clpool plan [-align N] [-configs LIST] TRACE...
+//
+// prints each trace's peak of live bytes and its clairvoyant plan (every
+// block placed knowing every lifetime in advance: trace.Plan), with the
+// plan's ratio to the live peak, and beside them the peak managed bytes
+// of replay's pool configurations and their ratio to the plan. With
+// -configs none it needs no device.
+//
+// Each command's -h prints its flags and exits with status 0.
 package main
 
 import (
@@ -38,8 +48,9 @@ const mainUsage = `usage: clpool <command> [arguments]
 commands:
   replay    replay an allocation trace through allocators and pools
   viz       draw a trace or a pool snapshot as an HTML page
+  plan      lay out a trace's blocks knowing their lifetimes: the floor for a pool
 
-Run 'clpool replay -h' or 'clpool viz -h' for their flags.
+Run 'clpool replay -h', 'clpool viz -h' or 'clpool plan -h' for their flags.
 `
 
 const replayUsage = `usage: clpool replay [flags] trace.tsv
@@ -53,7 +64,8 @@ Replays an allocation trace through each configuration named by -configs:
   pool-arena               a mempool.Pool over Immediate with WithArena
 and prints ns/event (median of -runs runs after -warmup runs; the pool stays
 warm between runs), the hits, misses and device allocations of the first
-run, and peak managed and live bytes.
+run, peak managed and live bytes, and managed/plan: the peak managed bytes
+over the trace's clairvoyant plan (clpool plan, align 256).
 
 The trace is lines of "op id size", an optional "op id size" header first:
 "a 1 4096" allocates 4096 bytes as block 1 and "f 1 4096" frees it (a free's
@@ -74,19 +86,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, mainUsage)
 		return 2
 	}
+	status := func(name string, err error) int {
+		switch {
+		case errors.Is(err, flag.ErrHelp): // -h: the usage is printed
+			return 0
+		case err != nil:
+			fmt.Fprintf(stderr, "clpool %s: %v\n", name, err)
+			return 1
+		}
+		return 0
+	}
 	switch args[0] {
 	case "replay":
-		if err := replayCmd(args[1:], stdout, stderr); err != nil {
-			fmt.Fprintln(stderr, "clpool replay:", err)
-			return 1
-		}
-		return 0
+		return status("replay", replayCmd(args[1:], stdout, stderr))
 	case "viz":
-		if err := vizCmd(args[1:], stderr); err != nil {
-			fmt.Fprintln(stderr, "clpool viz:", err)
-			return 1
-		}
-		return 0
+		return status("viz", vizCmd(args[1:], stderr))
+	case "plan":
+		return status("plan", planCmd(args[1:], stdout, stderr))
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, mainUsage)
 		return 0
@@ -123,6 +139,7 @@ type result struct {
 	DeviceAllocs int64
 	PeakManaged  int64
 	PeakLive     int64
+	Plan         int64 // the trace's clairvoyant plan, align 256
 }
 
 // replayCmd runs `clpool replay`. It checks every flag and reads the whole
@@ -153,6 +170,7 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	sum := trace.Summarize(events)
+	plan := trace.Plan(events, replayPlanAlign)
 
 	q, err := cl.DefaultQueue()
 	if err != nil {
@@ -160,7 +178,7 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	defer q.Release()
 	prog := newProgress(stderr)
-	fmt.Fprintf(stderr, "%s: %d events (%d allocations, peak %d live bytes) on %v\n", path, len(events), sum.Allocs, sum.PeakLiveBytes, q.Device())
+	fmt.Fprintf(stderr, "%s: %d events (%d allocations, peak %d live bytes, plan %d bytes) on %v\n", path, len(events), sum.Allocs, sum.PeakLiveBytes, plan.Size, q.Device())
 
 	var results []result
 	for _, name := range names {
@@ -168,6 +186,7 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
+		r.Plan = plan.Size
 		results = append(results, r)
 	}
 	prog.done()
@@ -175,9 +194,29 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// replayPlanAlign is the rounding of the plan replay's managed/plan is
+// over: offline_plan.py's default.
+const replayPlanAlign = 256
+
 // checkFlags checks replay's flags and returns the configurations named by
 // -configs, in order.
 func checkFlags(configList string, runs, warmup, leadingBits int, format string) ([]string, error) {
+	names, err := parseConfigs(configList)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case runs < 1:
+		return nil, fmt.Errorf("-runs %d: want at least 1", runs)
+	case warmup < 0:
+		return nil, fmt.Errorf("-warmup %d: want at least 0", warmup)
+	}
+	return names, checkPoolFlags(leadingBits, format)
+}
+
+// parseConfigs returns the configurations a -configs list names, in
+// order.
+func parseConfigs(configList string) ([]string, error) {
 	var names []string
 	for _, name := range strings.Split(configList, ",") {
 		name = strings.TrimSpace(name)
@@ -186,17 +225,19 @@ func checkFlags(configList string, runs, warmup, leadingBits int, format string)
 		}
 		names = append(names, name)
 	}
-	switch {
-	case runs < 1:
-		return nil, fmt.Errorf("-runs %d: want at least 1", runs)
-	case warmup < 0:
-		return nil, fmt.Errorf("-warmup %d: want at least 0", warmup)
-	case leadingBits < 0 || leadingBits > mempool.MaxLeadingBits:
-		return nil, fmt.Errorf("-leading-bits %d: want 0 to %d", leadingBits, mempool.MaxLeadingBits)
-	case format != "text" && format != "tsv":
-		return nil, fmt.Errorf("-format %q: want text or tsv", format)
-	}
 	return names, nil
+}
+
+// checkPoolFlags checks the -leading-bits and -format flags replay and
+// plan share.
+func checkPoolFlags(leadingBits int, format string) error {
+	switch {
+	case leadingBits < 0 || leadingBits > mempool.MaxLeadingBits:
+		return fmt.Errorf("-leading-bits %d: want 0 to %d", leadingBits, mempool.MaxLeadingBits)
+	case format != "text" && format != "tsv":
+		return fmt.Errorf("-format %q: want text or tsv", format)
+	}
+	return nil
 }
 
 // runConfig replays the events warmup+runs times through the configuration
@@ -270,14 +311,14 @@ func median(xs []float64) float64 {
 
 func printResults(w io.Writer, format string, rs []result) {
 	if format == "tsv" {
-		fmt.Fprintln(w, "config\tns_per_event\thits\tmisses\tdevice_allocs\tpeak_managed\tpeak_live")
+		fmt.Fprintln(w, "config\tns_per_event\thits\tmisses\tdevice_allocs\tpeak_managed\tpeak_live\tmanaged_over_plan")
 		for _, r := range rs {
-			fmt.Fprintf(w, "%s\t%.1f\t%d\t%d\t%d\t%d\t%d\n", r.Config, r.NsPerEvent, r.Hits, r.Misses, r.DeviceAllocs, r.PeakManaged, r.PeakLive)
+			fmt.Fprintf(w, "%s\t%.1f\t%d\t%d\t%d\t%d\t%d\t%s\n", r.Config, r.NsPerEvent, r.Hits, r.Misses, r.DeviceAllocs, r.PeakManaged, r.PeakLive, formatRatio(ratio(r.PeakManaged, r.Plan)))
 		}
 		return
 	}
-	fmt.Fprintf(w, "%-22s %12s %8s %8s %8s %13s %11s\n", "config", "ns/event", "hits", "misses", "allocs", "peak managed", "peak live")
+	fmt.Fprintf(w, "%-22s %12s %8s %8s %8s %13s %11s %13s\n", "config", "ns/event", "hits", "misses", "allocs", "peak managed", "peak live", "managed/plan")
 	for _, r := range rs {
-		fmt.Fprintf(w, "%-22s %12.1f %8d %8d %8d %13d %11d\n", r.Config, r.NsPerEvent, r.Hits, r.Misses, r.DeviceAllocs, r.PeakManaged, r.PeakLive)
+		fmt.Fprintf(w, "%-22s %12.1f %8d %8d %8d %13d %11d %13s\n", r.Config, r.NsPerEvent, r.Hits, r.Misses, r.DeviceAllocs, r.PeakManaged, r.PeakLive, formatRatio(ratio(r.PeakManaged, r.Plan)))
 	}
 }

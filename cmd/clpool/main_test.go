@@ -21,12 +21,18 @@ func TestReplayPrintsEveryConfiguration(t *testing.T) {
 	require.NoError(t, err, errs.String())
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	require.Len(t, lines, 7)
-	assert.Equal(t, "config\tns_per_event\thits\tmisses\tdevice_allocs\tpeak_managed\tpeak_live", lines[0])
+	assert.Equal(t, "config\tns_per_event\thits\tmisses\tdevice_allocs\tpeak_managed\tpeak_live\tmanaged_over_plan", lines[0])
 	for _, l := range lines[1:] {
 		f := strings.Split(l, "\t")
-		require.Len(t, f, 7, l)
+		require.Len(t, f, 8, l)
 		assert.Equal(t, "4196", f[6], "peak live: 4096 + 100")
 	}
+	// The plan: 4096 and 4000 (rounded to 4096) never live at once and
+	// share offset 0; 100 (rounded to 256), alive with both, goes above:
+	// 4352 bytes. The raw allocators manage the live bytes.
+	assert.Equal(t, "0.964", strings.Split(lines[1], "\t")[7], "deferred: 4196 / 4352")
+	assert.Equal(t, "481.882", strings.Split(lines[6], "\t")[7], "pool-arena: 2 MiB / 4352")
+	assert.Contains(t, errs.String(), "plan 4352 bytes")
 	// In its first run the pool misses all three: 4000 and 4096 are in
 	// different bins, so the freed 4096-byte block does not serve 4000.
 	arena := strings.Split(lines[6], "\t")

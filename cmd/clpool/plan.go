@@ -1,0 +1,168 @@
+package main
+
+// This file is `clpool plan`: the clairvoyant plan of a trace's memory
+// (trace.Plan), the floor a pool's managed bytes are measured against,
+// beside what replay's pool configurations manage.
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+
+	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/trace"
+)
+
+const planUsage = `usage: clpool plan [flags] TRACE...
+
+Prints, for each trace, its peak of live bytes and its clairvoyant plan:
+every block placed knowing every lifetime in advance, largest first, at the
+lowest offset free for its whole life, in one contiguous range with sizes
+rounded up to -align (the method of TFLite's arena planner and XLA's heap
+simulator; trace.Plan). No pool manages less than the live peak; the
+plan is what knowing the future buys by this method (not a bound: an
+allocator may, by luck, do better).
+
+Beside them, each configuration -configs names (those of clpool replay)
+replays the trace once on the device CLPOOL_DEVICE names, and plan prints
+its peak managed bytes and their ratio to the plan. With -configs none it
+prints the plan alone and needs no device. It checks its flags and reads
+every trace before it runs anything, and names the file and line of a bad
+event.
+
+Columns: allocs (allocations), live (peak live bytes), plan (the plan's
+bytes), plan/live, then for each configuration its peak managed bytes and
+/plan (those over the plan). A ratio over 0 bytes is "-".
+
+flags:
+`
+
+// planRow is one trace's figures.
+type planRow struct {
+	Path    string
+	Allocs  int
+	Layout  trace.Layout
+	Managed []int64 // peak managed bytes of each configuration, in -configs' order
+}
+
+// planCmd runs `clpool plan`. It checks every flag and reads every trace
+// before it runs anything.
+func planCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, planUsage); fs.PrintDefaults() }
+	align := fs.Int64("align", 256, "round every block's size up to a multiple of this many bytes")
+	configList := fs.String("configs", "pool-immediate,pool-arena", "comma-separated configurations of clpool replay to run beside the plan, or none (or empty)")
+	lb := fs.Int("leading-bits", 4, "the pools' leading bits in bin id")
+	format := fs.String("format", "text", "output: text (a table) or tsv")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return errors.New("want one or more trace files")
+	}
+	if *align < 1 {
+		return fmt.Errorf("-align %d: want at least 1", *align)
+	}
+	var names []string
+	if list := strings.TrimSpace(*configList); list != "none" && list != "" {
+		var err error
+		if names, err = parseConfigs(list); err != nil {
+			return err
+		}
+	}
+	if err := checkPoolFlags(*lb, *format); err != nil {
+		return err
+	}
+
+	rows := make([]planRow, fs.NArg())
+	eventsOf := make([][]trace.Event, fs.NArg())
+	for i, path := range fs.Args() {
+		events, err := readTrace(path)
+		if err != nil {
+			return err
+		}
+		eventsOf[i] = events
+		rows[i] = planRow{Path: path, Allocs: trace.Summarize(events).Allocs, Layout: trace.Plan(events, *align)}
+	}
+
+	if len(names) > 0 {
+		q, err := cl.DefaultQueue()
+		if err != nil {
+			return err
+		}
+		defer q.Release()
+		traces := "each trace"
+		if len(rows) == 1 {
+			traces = "the trace"
+		}
+		fmt.Fprintf(stderr, "replaying %s once through %s on %v\n", traces, strings.Join(names, ", "), q.Device())
+		quiet := newProgress(io.Discard)
+		for i := range rows {
+			sum := trace.Summarize(eventsOf[i])
+			for _, name := range names {
+				r, err := runConfig(name, q, eventsOf[i], sum, *lb, 0, 1, quiet)
+				if err != nil {
+					return fmt.Errorf("%s: %s: %w", rows[i].Path, name, err)
+				}
+				rows[i].Managed = append(rows[i].Managed, r.PeakManaged)
+			}
+		}
+	}
+	printPlan(stdout, *format, names, rows)
+	return nil
+}
+
+// printPlan writes the rows as a table, or as TSV, with a column of bytes
+// and one of their ratio to the plan for each configuration of names.
+func printPlan(w io.Writer, format string, names []string, rows []planRow) {
+	if format == "tsv" {
+		fmt.Fprint(w, "trace\tallocations\tpeak_live\talign\tplan\tplan_over_live")
+		for _, name := range names {
+			fmt.Fprintf(w, "\t%s\t%s_over_plan", name, name)
+		}
+		fmt.Fprintln(w)
+		for _, r := range rows {
+			l := r.Layout
+			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%s", r.Path, r.Allocs, l.PeakLive, l.Align, l.Size, formatRatio(l.Ratio()))
+			for _, m := range r.Managed {
+				fmt.Fprintf(w, "\t%d\t%s", m, formatRatio(ratio(m, l.Size)))
+			}
+			fmt.Fprintln(w)
+		}
+		return
+	}
+	pathWidth := len("trace")
+	for _, r := range rows {
+		pathWidth = max(pathWidth, len(r.Path))
+	}
+	fmt.Fprintf(w, "%-*s %8s %12s %5s %12s %9s", pathWidth, "trace", "allocs", "live", "align", "plan", "plan/live")
+	for _, name := range names {
+		fmt.Fprintf(w, "  %*s %6s", max(12, len(name)), name, "/plan")
+	}
+	fmt.Fprintln(w)
+	for _, r := range rows {
+		l := r.Layout
+		fmt.Fprintf(w, "%-*s %8d %12d %5d %12d %9s", pathWidth, r.Path, r.Allocs, l.PeakLive, l.Align, l.Size, formatRatio(l.Ratio()))
+		for j, m := range r.Managed {
+			fmt.Fprintf(w, "  %*d %6s", max(12, len(names[j])), m, formatRatio(ratio(m, l.Size)))
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// ratio returns a / b.
+func ratio(a, b int64) float64 { return float64(a) / float64(b) }
+
+// formatRatio writes a ratio to three places, or "-" for one over 0
+// bytes (infinite or NaN).
+func formatRatio(r float64) string {
+	if math.IsInf(r, 0) || math.IsNaN(r) {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f", r)
+}
