@@ -35,3 +35,22 @@ func ExampleTimed() {
 	// false 0s
 	// true 2ms
 }
+
+func ExamplePlan() {
+	// Blocks 1 and 2 live at once, then 3 takes the place of 1.
+	text := "op\tid\tsize\na\t1\t1000\na\t2\t4096\nf\t1\t0\na\t3\t500\nf\t2\t0\nf\t3\t0\n"
+	events, err := trace.Read(strings.NewReader(text))
+	if err != nil {
+		panic(err)
+	}
+	l := trace.Plan(events, 256)
+	for _, b := range l.Blocks {
+		fmt.Printf("block %d: %d bytes at %d, events %d to %d\n", b.ID, b.Size, b.Offset, b.Alloc, b.Free)
+	}
+	fmt.Printf("peak live %d, plan %d (%.3fx)\n", l.PeakLive, l.Size, l.Ratio())
+	// Output:
+	// block 1: 1024 bytes at 4096, events 0 to 2
+	// block 2: 4096 bytes at 0, events 1 to 4
+	// block 3: 512 bytes at 4096, events 3 to 5
+	// peak live 5096, plan 5120 (1.005x)
+}
