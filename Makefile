@@ -13,7 +13,7 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export OCL_ICD_VENDORS := $(ICD_DIR)
 export CLPOOL_DEVICE ?= pocl
 
-.PHONY: all deps demo test fmt vet test-pocl test-oclgrind bench bench-pyopencl replay viz fuzz clean
+.PHONY: all deps demo test fmt vet test-pocl test-oclgrind bench bench-pyopencl replay viz screenshots fuzz clean
 
 all: test
 
@@ -57,14 +57,19 @@ replay: deps
 	$(GO) build -o $(BUILD)/clpool ./cmd/clpool
 	$(BUILD)/clpool replay -warmup 50 testdata/cg.tsv
 
-# viz draws the mlp trace as $(BUILD)/mlp.html and screenshots it, as
-# README.md shows it, to docs/viz.png with headless Chromium.
+# viz draws the mlp trace as $(BUILD)/mlp.html and screenshots it to
+# $(BUILD)/viz.png with headless Chromium: it writes under $(BUILD) only.
 viz: deps
 	$(GO) build -o $(BUILD)/clpool ./cmd/clpool
 	$(BUILD)/clpool viz -o $(BUILD)/mlp.html testdata/mlp.tsv
-	@mkdir -p docs
 	chromium --headless --no-sandbox --disable-gpu --window-size=1400,1000 \
-		--screenshot=$(abspath docs/viz.png) file://$(abspath $(BUILD)/mlp.html) 2>/dev/null
+		--screenshot=$(abspath $(BUILD)/viz.png) file://$(abspath $(BUILD)/mlp.html) 2>/dev/null
+
+# screenshots regenerates the pictures README.md shows (docs/viz.png, a
+# tracked file) from viz's.
+screenshots: viz
+	@mkdir -p docs
+	cp $(BUILD)/viz.png docs/viz.png
 
 # bench-pyopencl replays the same trace through PyOpenCL and clpool in one run.
 bench-pyopencl: deps

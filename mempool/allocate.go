@@ -3,6 +3,7 @@ package mempool
 import (
 	"errors"
 	"fmt"
+	"runtime"
 
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
@@ -24,7 +25,12 @@ type request struct {
 	pb       *PooledBuffer // newPooledBuffer's, readied by the core's handOut
 	mayDrain bool          // queue caches may hold blocks that serve it
 	counted  bool          // counted as a hit or a miss
+	guard    int64         // the sanitizer's guard bytes after the block (sanitize.go); 0 when off
 }
+
+// need returns the bytes the policy is asked for: the request's, and the
+// sanitizer's guard after them.
+func (r *request) need() int64 { return r.size + r.guard }
 
 // Allocate returns a buffer of at least size bytes. With exact bins (the
 // default) it is the most recently given back block of size's bin if there
@@ -60,8 +66,11 @@ func (p *Pool) allocate(size int64, r *qstate) (*PooledBuffer, error) {
 		}
 	}
 	req := &request{size: size, q: r, hooks: hooks, pb: pb}
+	if p.san != nil {
+		req.guard = p.san.guardFor(size)
+	}
 	if hooks != nil {
-		if err := p.emit(hooks, Event{Kind: MallocBefore, Size: size, AllocSize: p.blockSize(size)}); err != nil {
+		if err := p.emit(hooks, Event{Kind: MallocBefore, Size: size, AllocSize: p.blockSize(req.need()), Queue: queueOf(r)}); err != nil {
 			return nil, p.mallocFailed(req, err)
 		}
 	}
@@ -72,7 +81,11 @@ func (p *Pool) allocate(size int64, r *qstate) (*PooledBuffer, error) {
 	if err != nil {
 		return nil, p.mallocFailed(req, err)
 	}
-	return p.wrap(req, b)
+	pb, err = p.wrap(req, b)
+	if p.san != nil && err == nil {
+		p.san.track(pb) // its guard filled, its site noted
+	}
+	return pb, err
 }
 
 // ladder is where a request stands on the out-of-memory ladder. Its rungs,
@@ -87,16 +100,22 @@ func (p *Pool) allocate(size int64, r *qstate) (*PooledBuffer, error) {
 //     (queue caches drained first);
 //  4. try a segment of the request's own size (RMM's growth by the
 //     request) instead of the policy's;
-//  5. fail with an *OutOfMemoryError that says where the memory is.
+//  5. free every wholly free segment in the same hold of the lock as the
+//     reservation, so that no concurrent request takes the room first,
+//     and retry (at most finalRounds times);
+//  6. fail with an *OutOfMemoryError that says where the memory is.
 //
 // Each retry looks for a free block first. Termination: a rung is left
 // for the next one and never revisited, except rung 3, which runs at most
-// as many times as the pool had segments when it began.
+// as many times as the pool had segments when it began, and rung 5, at
+// most finalRounds times.
 type ladder struct {
 	seg, own *segment // the policy's segment for the request, and the smallest that serves it
 	rung     int      // the rung to take at the next refusal
 	frees    int      // rung 3's remaining frees; -1 before it begins
 	useOwn   bool     // rung 4 was taken: try own
+	final    bool     // rung 5: decide frees every wholly free segment first
+	finals   int      // rung 5's rounds so far
 	cause    error    // the device's last refusal; nil if only the limit refused
 	pending  *segment // reserved before a drain, taken back by the next decide
 }
@@ -107,7 +126,7 @@ const (
 	rungCollect
 	rungFree
 	rungOwn
-	rungDone
+	rungFinal
 )
 
 // try returns the segment to try now.
@@ -146,8 +165,8 @@ func (p *Pool) serve(req *request) (*block, []policy.Use, error) {
 			if err == nil {
 				return b, nil, nil
 			}
-			if !isOutOfMemory(err) {
-				return nil, nil, err
+			if !isOutOfMemory(err) || errors.Is(err, ErrPanicked) {
+				return nil, nil, err // a panic fails the request, as the doc says
 			}
 			lad.cause = err
 			if !p.nextRung(req, &lad) {
@@ -170,7 +189,7 @@ func (p *Pool) serve(req *request) (*block, []policy.Use, error) {
 func (p *Pool) grow(req *request, seg *segment) (*block, error) {
 	hooks := req.hooks
 	if hooks != nil {
-		if err := p.emit(hooks, Event{Kind: AllocBefore, Size: seg.Size, AllocSize: seg.Size}); err != nil {
+		if err := p.emit(hooks, Event{Kind: AllocBefore, Size: seg.Size, AllocSize: seg.Size, Queue: queueOf(req.q)}); err != nil {
 			p.unreserve(seg)
 			return nil, err
 		}
@@ -178,7 +197,7 @@ func (p *Pool) grow(req *request, seg *segment) (*block, error) {
 	m, err := p.allocateSegment(seg.Size)
 	var hookErr error
 	if hooks != nil {
-		hookErr = p.emit(hooks, Event{Kind: AllocAfter, Size: seg.Size, AllocSize: seg.Size, Buffer: m.buf, SVM: m.svm, Err: err})
+		hookErr = p.emit(hooks, Event{Kind: AllocAfter, Size: seg.Size, AllocSize: seg.Size, Buffer: m.buf, SVM: m.svm, Queue: queueOf(req.q), Err: err})
 	}
 	if err != nil {
 		p.unreserve(seg)
@@ -204,11 +223,12 @@ func (p *Pool) grow(req *request, seg *segment) (*block, error) {
 }
 
 // nextRung takes the ladder's next rung after a refusal, and reports
-// whether the request is to be tried again; false: nothing is left.
+// whether the request is to be tried again (counted in OOMRetries);
+// false: nothing is left.
 func (p *Pool) nextRung(req *request, lad *ladder) bool {
 	p.lock()
 	p.countMiss(req)
-	p.l.oomRetried()
+	freesAtRefusal := p.l.s.DeviceFrees
 	p.mu.Unlock()
 	for {
 		switch lad.rung {
@@ -218,15 +238,16 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 			kept := p.pol.TakeKept(lad.seg.Size)
 			stale := p.forget(kept...)
 			p.mu.Unlock()
+			_ = p.freeSegments(kept, stale) // the stale sub-buffers, even with no segment
 			if len(kept) > 0 {
-				_ = p.freeSegments(kept, stale)
-				return true
+				return p.retried()
 			}
 		case rungCollect:
 			lad.rung = rungFree
 			if !p.dropSafety {
 				continue // nothing dropped comes back
 			}
+			p.flushAll() // a cache's hits count as active too
 			p.lock()
 			active, before := p.l.s.Allocation.current(), p.l.s.Reclaimed
 			p.mu.Unlock()
@@ -238,7 +259,7 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 			back := p.l.s.Reclaimed > before
 			p.mu.Unlock()
 			if back {
-				return true // a block came back: it may serve the request
+				return p.retried() // a block came back: it may serve the request
 			}
 		case rungFree:
 			p.drainCaches()
@@ -253,21 +274,62 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 			}
 			stale := p.forget(s)
 			p.mu.Unlock()
+			_ = p.freeSegments(segmentsOf(s), stale)
 			if s != nil {
-				_ = p.freeSegments([]*segment{s}, stale)
-				return true
+				return p.retried()
 			}
 			lad.rung = rungOwn
 		case rungOwn:
-			lad.rung = rungDone
+			lad.rung = rungFinal
 			if lad.own != lad.seg {
 				lad.useOwn = true
-				return true
+				return p.retried()
 			}
-		default:
-			return false
+		case rungFinal:
+			// Other requests may have taken the room each freed
+			// segment made, or given memory back since: a last try
+			// frees every wholly free segment in the same hold of the
+			// lock as its reservation (see core.decide).
+			if lad.finals == finalRounds {
+				return false
+			}
+			p.drainCaches()
+			p.lock()
+			c := p.pol.Counts()
+			changed := c.FreeBlocks > c.SplitBlocks[0]+c.SplitBlocks[1] || // a wholly free segment
+				p.l.s.DeviceFrees > freesAtRefusal || // memory went back to the device
+				p.l.freeing > 0 || // or is going back now
+				lad.cause == nil && p.room() >= lad.try().Size // the limit has room now
+			p.mu.Unlock()
+			if !changed {
+				return false // nothing has changed since the refusal
+			}
+			lad.finals++
+			lad.final = true
+			runtime.Gosched() // let a free in flight finish
+			return p.retried()
 		}
 	}
+}
+
+// finalRounds bounds the ladder's last rung: how many times a request
+// frees every wholly free segment and tries again before it fails.
+const finalRounds = 4
+
+// retried counts a retry of the ladder and returns true.
+func (p *Pool) retried() bool {
+	p.lock()
+	p.l.oomRetried()
+	p.mu.Unlock()
+	return true
+}
+
+// segmentsOf returns s as a list: none if s is nil.
+func segmentsOf(s *segment) []*segment {
+	if s == nil {
+		return nil
+	}
+	return []*segment{s}
 }
 
 // refuseSize is the error for a size past p.sizeCap: a negative one, and
@@ -284,17 +346,22 @@ func (p *Pool) refuseSize(size int64) error {
 	if p.device != nil {
 		e.DeviceTotal = p.device.GlobalMemSize
 	}
+	var err error = e
 	p.lock()
-	e.Limit = p.limit
-	p.l.oomRefused()
+	if p.life == lifeClosed {
+		err = ErrPoolClosed // a closed pool refuses every request alike
+	} else {
+		e.Limit = p.limit
+		p.l.oomRefused()
+	}
 	p.mu.Unlock()
 	req := &request{size: size, hooks: p.hooks.Load()}
 	if req.hooks != nil {
 		if herr := p.emit(req.hooks, Event{Kind: MallocBefore, Size: size, AllocSize: size}); herr != nil {
-			return errors.Join(e, herr)
+			return errors.Join(err, herr)
 		}
 	}
-	return p.mallocFailed(req, e)
+	return p.mallocFailed(req, err)
 }
 
 // maxRequest is the largest size the pool serves when it does not know

@@ -149,6 +149,9 @@ func (b *PooledBuffer) Close() error {
 // unreachable, so nothing else can close it meanwhile.
 func (b *PooledBuffer) reclaim() {
 	p := b.pool
+	if p.san != nil {
+		p.san.dropped(b) // a finding once it is back, with its allocation site
+	}
 	p.lock()
 	p.l.reclaimed()
 	p.mu.Unlock()

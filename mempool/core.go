@@ -68,12 +68,14 @@ func (c *core) decide(req *request, lad *ladder) (d decision) {
 	if c.life == lifeClosed {
 		return decision{err: ErrPoolClosed}
 	}
-	if b := c.pol.GetOn(req.size, req.q.id); b != nil {
-		if !req.counted {
+	if b := c.pol.GetOn(req.need(), req.q.id); b != nil {
+		if req.counted { // a miss, served after the ladder freed or collected
+			c.l.activate(b, req.size)
+		} else {
 			req.counted = true
 			c.l.request(req.q, true)
+			c.l.hit(b, req.size)
 		}
-		c.l.hit(b, req.size)
 		c.l.sync(c.pol.Counts())
 		req.pb = c.handOut(req.pb)
 		c.note(b, req)
@@ -83,21 +85,32 @@ func (c *core) decide(req *request, lad *ladder) (d decision) {
 		// The first miss: free what the policy gives up before it
 		// grows. It counts as a miss unless a drain brings a block that
 		// serves it.
-		lad.seg, lad.own = c.newSegment(req.size), c.ownSegment(req.size)
+		lad.seg, lad.own = c.newSegment(req.need()), c.ownSegment(req.need())
 		if lad.own.Size >= lad.seg.Size {
 			lad.own = lad.seg
 		}
 		if c.limit > 0 && lad.own.Size > c.limit {
 			c.countMiss(req)
+			c.l.sync(c.pol.Counts()) // GetOn may have merged blocks
 			return decision{never: true}
 		}
-		d.free = c.pol.BeforeGrow(req.size)
+		d.free = c.pol.BeforeGrow(req.need())
 		d.drain = req.mayDrain
 	}
 	if !d.drain {
 		c.countMiss(req)
 	}
 	d.stale = c.forget(d.free...) // first: the room counts the segments freed
+	if lad.final {
+		// The ladder's last rung: every wholly free segment goes in this
+		// hold of the lock, so that the room it makes is this request's.
+		need := lad.try().Size
+		d.free = c.takeFree(d.free, func() bool {
+			room := c.room()
+			return lad.cause != nil || room >= 0 && room < need
+		})
+		d.stale = append(d.stale, c.forget()...)
+	}
 	d.seg = c.reserve(lad.try(), lad.own.Size)
 	if d.drain {
 		lad.pending = d.seg
@@ -184,7 +197,7 @@ func (c *core) blockSize(size int64) int64 {
 func (c *core) commit(req *request, seg *segment) *block {
 	c.countMiss(req)
 	c.l.segmentAdded(seg)
-	b := c.pol.Add(seg, req.size)
+	b := c.pol.Add(seg, req.need())
 	c.l.activate(b, req.size)
 	c.l.sync(c.pol.Counts())
 	req.pb = c.handOut(req.pb)
@@ -226,11 +239,18 @@ func (c *core) note(b *block, req *request) {
 // the segments to free, out of the pool's accounts: b's, if the policy
 // gives it up, and every wholly free one after StopHolding.
 func (c *core) takeBack(b *block, size int64, r *qstate, record bool) []*segment {
+	c.l.deactivate(b, size)
+	return c.putFree(nil, b, r, record)
+}
+
+// putFree gives block b, no longer counted active, to the policy (with
+// record, recording the queues that may still use it, as takeBack does),
+// and appends to gone the segments to free. The sanitizer's quarantine
+// (sanitize.go) gives its blocks back through it.
+func (c *core) putFree(gone []*segment, b *block, r *qstate, record bool) []*segment {
 	if record {
 		c.recordUses(b, r)
 	}
-	c.l.deactivate(b, size)
-	var gone []*segment
 	if s := c.pol.Put(b); s != nil {
 		c.l.segmentRemoved(s)
 		gone = append(gone, s)

@@ -73,8 +73,9 @@
 // pool.Allocate allocates on the allocator's queue (allocator.Immediate's);
 // over an allocator without a queue, a block last used on a queue waits on
 // the host for that queue's marker, and other ordering is the caller's.
-// Stats.Queues has each queue's figures; QueueAllocator.FreeHeld frees what
-// only one queue may still use.
+// Stats.Queues has each queue's figures, under the name On's QueueName
+// gives the queue, if any; QueueAllocator.FreeHeld frees what only one
+// queue may still use.
 //
 // # Several devices
 //
@@ -192,15 +193,16 @@
 //
 // Snapshot returns the segments and blocks themselves: each block's offset,
 // size, requested size, state (active, held, or torch's inactive split),
-// queue, and call site where a hook knows it; with a memhooks.History hook,
-// the last events too. It marshals to the JSON that `clpool viz` draws.
+// queue, and call site where a hook knows it; the pool's peaks (Stats'); with
+// a memhooks.History hook, the last events too. It marshals to the JSON that `clpool viz` draws.
 //
 // # Hooks
 //
-// AddHook registers a Hook, which is told of six events: a device
+// AddHook registers a Hook, which is told of CuPy's six events: a device
 // allocation (alloc, before and after), every Allocate (malloc), and every
-// block given back (free), with the device, sizes, buffer, block id and
-// error. Hooks are per pool, for every goroutine that uses it: Go has no
+// block given back (free), with the device, sizes, buffer, block id, queue
+// and error; and of a seventh, segment_free, for every segment given back
+// to the allocator. Hooks are per pool, for every goroutine that uses it: Go has no
 // goroutine-local state to scope them as CuPy's with blocks do. Package
 // memhooks has ready-made ones: a JSON-lines printer, a line profiler that
 // writes pprof profiles, and a trace recorder.
@@ -231,6 +233,27 @@
 // A pool per goroutine (over one allocator) shares nothing at all, but
 // blocks held by one pool are invisible to the others, so a program holds
 // more memory in all. BENCHMARKS.md has the figures.
+//
+// # Sanitizer
+//
+// WithSanitizer (or the environment variable CLPOOL_SANITIZE=1) makes a
+// pool find four memory bugs, each with the line that allocated the block
+// (Finding, Pool.Findings): a write past the bytes requested
+// (OutOfBounds), found in at least SanitizerGuard guard bytes after every
+// block, inside its cl_mem, by a check kernel at Close; a write after
+// Close (WriteAfterClose), found in the poison a closed block is filled
+// with while it waits in a first-in first-out quarantine before reuse; a
+// PooledBuffer the garbage collector reclaimed without Close (Dropped);
+// and a block open at the pool's Close (LeakedAtClose). The checks are
+// ordered after the commands that may still use the block, as a handover
+// is, and read without waiting on the device until Findings or Close.
+// Each finding is printed once to standard error as it is found
+// (WithSanitizerOutput redirects or silences it). A sanitized pool has no
+// queue caches, keeps drop safety on, counts its guard bytes against the
+// limit and its quarantine as held, and is much slower (BENCHMARKS.md);
+// with the sanitizer off, nothing of it runs on the hit. Blocks of an
+// allocator without a queue are checked on a queue of the sanitizer's
+// own: close them once their commands have completed.
 //
 // # Misuse
 //

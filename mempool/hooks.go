@@ -9,11 +9,14 @@ import (
 // EventKind says what a hook is told of.
 type EventKind uint8
 
-// The six events, as CuPy's MemoryHook has them. Alloc events surround a
-// device allocation of a segment (a miss, and each retry after an
-// out-of-memory); malloc events surround every Allocate of a block, hit or
-// miss; free events surround every block given back to the pool (Close,
-// or the collector's reclaim).
+// The six events of CuPy's MemoryHook, and one of a segment freed. Alloc
+// events surround a device allocation of a segment (a miss, and each retry
+// after an out-of-memory); malloc events surround every Allocate of a
+// block, hit or miss; free events surround every block given back to the
+// pool (Close, or the collector's reclaim). SegmentFree follows each
+// segment the pool gives back to its allocator (the out-of-memory ladder,
+// FreeHeld and the like, Close of the pool): with AllocAfter, it tells a
+// hook the pool's managed bytes as they change. CuPy has no such event.
 const (
 	AllocBefore EventKind = iota
 	AllocAfter
@@ -21,9 +24,10 @@ const (
 	MallocAfter
 	FreeBefore
 	FreeAfter
+	SegmentFree
 )
 
-var eventNames = [...]string{"alloc_before", "alloc_after", "malloc_before", "malloc_after", "free_before", "free_after"}
+var eventNames = [...]string{"alloc_before", "alloc_after", "malloc_before", "malloc_after", "free_before", "free_after", "segment_free"}
 
 // String returns the event's name, such as "malloc_after".
 func (k EventKind) String() string {
@@ -34,6 +38,12 @@ func (k EventKind) String() string {
 }
 
 // Event is what a hook is told.
+//
+// A segment_free event's Size and AllocSize are the segment's bytes, and
+// its Buffer or SVM the allocation given back, the same pointer as the
+// alloc_after event of the segment had: it is freed, and is there to
+// match the two, not to be used. Its Err is the allocator's error, if the
+// free failed (the pool forgets the segment all the same).
 type Event struct {
 	Kind      EventKind
 	Device    *cl.Device // the pool's device; nil if its allocator does not say
@@ -44,6 +54,11 @@ type Event struct {
 	Offset    int64      // where the block starts in Buffer or SVM (block events)
 	BlockID   uint64     // the PooledBuffer's ID (malloc_after and free events); 0 otherwise
 	Err       error      // for after events: the failure, if any
+
+	// Queue is the queue the block is for (Pool.On's, or the allocator's)
+	// in malloc and free events, and the request's in alloc events; nil
+	// for none, and in segment_free events.
+	Queue *cl.CommandQueue
 }
 
 // Hook is told of a pool's events. A pool calls its hooks on the goroutine
@@ -135,7 +150,7 @@ func callHook(h Hook, e Event) (err error) {
 // (joined with a hook's panic, if one panicked).
 func (p *Pool) mallocFailed(req *request, err error) error {
 	if req.hooks != nil {
-		if herr := p.emit(req.hooks, Event{Kind: MallocAfter, Size: req.size, AllocSize: p.blockSize(req.size), Err: err}); herr != nil {
+		if herr := p.emit(req.hooks, Event{Kind: MallocAfter, Size: req.size, AllocSize: p.blockSize(req.size), Queue: queueOf(req.q), Err: err}); herr != nil {
 			return errors.Join(err, herr)
 		}
 	}
@@ -143,5 +158,23 @@ func (p *Pool) mallocFailed(req *request, err error) error {
 }
 
 func (b *PooledBuffer) event(k EventKind, blk *block) Event {
-	return Event{Kind: k, Size: b.Size(), AllocSize: blk.Size, Buffer: blk.Seg.Data.buf, SVM: blk.Seg.Data.svm, Offset: blk.Off, BlockID: b.ID()}
+	return Event{Kind: k, Size: b.Size(), AllocSize: blk.Size, Buffer: blk.Seg.Data.buf, SVM: blk.Seg.Data.svm, Offset: blk.Off, BlockID: b.ID(), Queue: queueOf(b.q)}
+}
+
+// segmentFreed tells the hooks, if any, that segment s was given back to
+// the allocator, with the free's error; it returns a hook's panic.
+func (p *Pool) segmentFreed(hooks hookList, s *segment, err error) error {
+	if hooks == nil {
+		return nil
+	}
+	return p.emit(hooks, Event{Kind: SegmentFree, Size: s.Size, AllocSize: s.Size, Buffer: s.Data.buf, SVM: s.Data.svm, Err: err})
+}
+
+// queueOf returns qs's queue: nil for the pool's host (no queue), and for
+// a request that has none.
+func queueOf(qs *qstate) *cl.CommandQueue {
+	if qs == nil {
+		return nil
+	}
+	return qs.q
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/internal/cltest"
 	"github.com/clpool/clpool/internal/pooltest"
 	"github.com/clpool/clpool/mempool"
 	"github.com/stretchr/testify/assert"
@@ -86,16 +87,22 @@ func TestHookEventOrder(t *testing.T) {
 	// allocation, then a good one.
 	held, err := f.pool.Allocate(3000)
 	require.NoError(t, err)
+	heldBuf := held.Buffer()
 	require.NoError(t, held.Close())
 	rec.take()
 	c, err := f.pool.Allocate(5000) // 4095 + 3071 held + 5119 > 10000
 	require.NoError(t, err)
 	ev = rec.take()
 	require.Equal(t, []mempool.EventKind{mempool.MallocBefore, mempool.AllocBefore, mempool.AllocAfter,
-		mempool.AllocBefore, mempool.AllocAfter, mempool.MallocAfter}, kinds(ev))
+		mempool.SegmentFree, mempool.AllocBefore, mempool.AllocAfter, mempool.MallocAfter}, kinds(ev))
 	assert.ErrorIs(t, ev[2].Err, cl.ErrMemObjectAllocationFailure)
 	assert.Nil(t, ev[2].Buffer)
-	assert.NoError(t, ev[4].Err)
+	// The held block's segment is given back, and the hooks are told.
+	assert.Same(t, heldBuf, ev[3].Buffer, "the segment_free names the buffer its alloc_after named")
+	assert.Equal(t, int64(3071), ev[3].Size)
+	assert.Equal(t, int64(3071), ev[3].AllocSize)
+	assert.NoError(t, ev[3].Err)
+	assert.NoError(t, ev[5].Err)
 
 	// One nothing cures: the malloc fails with the pool's error.
 	_, err = f.pool.Allocate(9000)
@@ -261,4 +268,98 @@ func TestArenaFreeEventsNameTheBlockGivenBack(t *testing.T) {
 			assert.Equal(t, b.ID(), e.BlockID)
 		}
 	}
+}
+
+// Issue 24: events name the queue of their block (the allocator's for
+// Allocate, On's queue for its allocator's, none for a pool without a
+// queue), and segment_free tells of every segment the pool gives back,
+// with the buffer its alloc_after named, so that a hook can follow the
+// pool's managed bytes.
+func TestHookEventsNameTheQueueAndTheSegmentsFreed(t *testing.T) {
+	f := newFixture(t, nil)
+	q2 := cltest.SecondQueue(t, f.q, 0)
+	rec := &recorder{}
+	f.pool.AddHook(rec)
+
+	a, err := f.pool.Allocate(4000)
+	require.NoError(t, err)
+	b, err := f.pool.On(q2).Allocate(4000)
+	require.NoError(t, err)
+	ev := rec.take()
+	require.Equal(t, []mempool.EventKind{mempool.MallocBefore, mempool.AllocBefore, mempool.AllocAfter, mempool.MallocAfter,
+		mempool.MallocBefore, mempool.AllocBefore, mempool.AllocAfter, mempool.MallocAfter}, kinds(ev))
+	for i, e := range ev {
+		want := f.q
+		if i >= 4 {
+			want = q2
+		}
+		assert.Same(t, want, e.Queue, "event %d, %s", i, e.Kind)
+	}
+	bufA, bufB := a.Buffer(), b.Buffer()
+	require.NoError(t, a.Close())
+	require.NoError(t, b.Close())
+	ev = rec.take()
+	require.Len(t, ev, 4)
+	assert.Same(t, f.q, ev[0].Queue)
+	assert.Same(t, q2, ev[2].Queue)
+
+	require.NoError(t, f.pool.FreeHeld())
+	ev = rec.take()
+	require.Equal(t, []mempool.EventKind{mempool.SegmentFree, mempool.SegmentFree}, kinds(ev))
+	freed := []*cl.Buffer{ev[0].Buffer, ev[1].Buffer}
+	assert.ElementsMatch(t, []*cl.Buffer{bufA, bufB}, freed)
+	for _, e := range ev {
+		assert.Equal(t, int64(4095), e.Size)
+		assert.Equal(t, int64(4095), e.AllocSize)
+		assert.Nil(t, e.Queue)
+		assert.Zero(t, e.BlockID)
+		assert.NoError(t, e.Err)
+		assert.Same(t, f.q.Device(), e.Device)
+	}
+
+	// The pool's Close gives back the segments it holds, and says so.
+	c, err := f.pool.Allocate(100)
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	rec.take()
+	require.NoError(t, f.pool.Close())
+	assert.Equal(t, []mempool.EventKind{mempool.SegmentFree}, kinds(rec.take()))
+}
+
+// A block of a pool without a queue (over allocator.Deferred) has none.
+func TestHookEventsOfAPoolWithoutAQueue(t *testing.T) {
+	q := cltest.Queue(t)
+	d, err := allocator.NewDeferred(q.Context(), cl.MemReadWrite)
+	require.NoError(t, err)
+	p, err := mempool.New(d)
+	require.NoError(t, err)
+	defer p.Close()
+	rec := &recorder{}
+	p.AddHook(rec)
+	b, err := p.Allocate(100)
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+	ev := rec.take()
+	require.Len(t, ev, 6)
+	for _, e := range ev {
+		assert.Nil(t, e.Queue, "%s", e.Kind)
+	}
+}
+
+// A segment_free hook that panics: the segment is freed all the same, and
+// the call that freed it fails with the panic.
+func TestPanickingSegmentFreeHook(t *testing.T) {
+	f := newFixture(t, nil)
+	b, err := f.pool.Allocate(1000)
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+	h := &panicOnce{kind: mempool.SegmentFree}
+	remove := f.pool.AddHook(h)
+	defer remove()
+	err = f.pool.FreeHeld()
+	require.ErrorIs(t, err, mempool.ErrPanicked)
+	assert.Contains(t, err.Error(), "segment_free hook panicked: hook bug")
+	s := f.pool.Stats()
+	assert.Zero(t, s.ManagedBytes)
+	assert.Equal(t, int64(1), s.DeviceFrees, "freed all the same")
 }

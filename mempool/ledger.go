@@ -10,6 +10,7 @@ type ledger struct {
 	splitBytes [2]int64 // and their bytes
 
 	inflight int64              // bytes reserved for segments being allocated (see reserve)
+	freeing  int64              // bytes of segments out of the accounts, not yet given back
 	segs     map[*segment]int64 // every segment the pool owns, with its ID (for Snapshot)
 	lastSeg  int64              // the last ID given
 
@@ -17,6 +18,8 @@ type ledger struct {
 	// them that are inactive splits: held blocks the policy does not see.
 	cached, cachedSplit           int
 	cachedBytes, cachedSplitBytes int64
+
+	quar quarCounts // the blocks in the sanitizer's quarantine (sanitize.go), held as cached ones are
 }
 
 // hit counts a request served by a free block, now active.
@@ -113,6 +116,7 @@ func (l *ledger) segmentAdded(seg *segment) {
 
 // segmentRemoved counts a segment leaving the pool, to be freed.
 func (l *ledger) segmentRemoved(seg *segment) {
+	l.freeing += seg.Size
 	delete(l.segs, seg)
 	l.s.Segment.sub(!seg.Small, 1)
 	l.s.ReservedBytes.sub(!seg.Small, seg.Size)
@@ -122,8 +126,10 @@ func (l *ledger) segmentRemoved(seg *segment) {
 }
 
 // deviceFreed counts buffers given back to the allocator, and those of
-// them whose Free failed.
-func (l *ledger) deviceFreed(freed, failed int) {
+// them whose Free failed, once segments of bytes in all are out of the
+// pool's hands.
+func (l *ledger) deviceFreed(freed, failed int, bytes int64) {
+	l.freeing -= bytes
 	l.s.DeviceFrees += int64(freed)
 	l.s.FreeErrors += int64(failed)
 }
@@ -137,11 +143,13 @@ func (l *ledger) setHolding(on bool) { l.s.Holding = on }
 // sync brings the held blocks and the inactive splits up to the policy's
 // free set, c, and the queue caches'.
 func (l *ledger) sync(c *policy.Counts) {
-	l.s.HeldBlocks = c.FreeBlocks + l.cached
-	l.s.HeldBytes = c.FreeBytes + l.cachedBytes
+	l.s.HeldBlocks = c.FreeBlocks + l.cached + l.quar.blocks
+	l.s.HeldBytes = c.FreeBytes + l.cachedBytes + l.quar.bytes
 	split, splitBytes := c.SplitBlocks, c.SplitBytes
-	split[0] += l.cachedSplit // [0]: small
-	splitBytes[0] += l.cachedSplitBytes
+	split[0] += l.cachedSplit + l.quar.split[0] // [0]: small
+	splitBytes[0] += l.cachedSplitBytes + l.quar.splitBytes[0]
+	split[1] += l.quar.split[1]
+	splitBytes[1] += l.quar.splitBytes[1]
 	if split == l.split && splitBytes == l.splitBytes {
 		return
 	}

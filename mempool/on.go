@@ -27,9 +27,45 @@ type QueueAllocator struct {
 // last used on another queue is handed over after the commands that may
 // still use it (see the package doc). q must be of the pool's context;
 // the pool does not retain it: keep it until the pool is closed.
-func (p *Pool) On(q *cl.CommandQueue) *QueueAllocator {
+//
+// QueueName names q, for the queue's figures (QueueStats.Name) and the
+// queue label of package metrics:
+//
+//	copies := pool.On(copyQueue, mempool.QueueName("copy"))
+func (p *Pool) On(q *cl.CommandQueue, opts ...QueueOption) *QueueAllocator {
 	qs, err := p.queueState(q)
+	if err == nil {
+		var c queueConfig
+		for _, o := range opts {
+			o(&c)
+		}
+		if c.named {
+			p.lock()
+			p.l.s.Queues[qs.id-1].Name = c.name
+			p.mu.Unlock()
+		}
+	}
 	return &QueueAllocator{p: p, qs: qs, err: err}
+}
+
+// QueueOption is an option of On.
+type QueueOption func(*queueConfig)
+
+// queueConfig is what On's options set.
+type queueConfig struct {
+	name  string
+	named bool // name was given, "" included
+}
+
+// QueueName names the queue On is given: the name is the queue's
+// QueueStats.Name, and the queue label of its series in package metrics
+// (which is its index in Stats.Queues otherwise), stable however many
+// queues the program makes and in whatever order it first uses them. A
+// queue keeps its name for the life of the pool; a later On of the same
+// queue with another QueueName renames it, and one with "" takes its name
+// away. Give each of a pool's queues a name of its own.
+func QueueName(name string) QueueOption {
+	return func(c *queueConfig) { c.name, c.named = name, true }
 }
 
 // Queue returns the allocator's queue.
@@ -95,6 +131,12 @@ func (b *PooledBuffer) RecordQueue(q *cl.CommandQueue) error {
 		return fmt.Errorf("mempool: RecordQueue on a nil PooledBuffer: %w", ErrClosed)
 	}
 	p := b.pool
+	b.q.c.mu.Lock() // Close sets the mark under it
+	closed := b.closedMark() < 0
+	b.q.c.mu.Unlock()
+	if closed {
+		return ErrClosed // before queueState, which would register q
+	}
 	qs, err := p.queueState(q)
 	if err != nil {
 		return err

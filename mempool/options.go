@@ -23,7 +23,8 @@ type config struct {
 	byFrac      bool    // the last limit option was WithLimitFraction
 	limitSet    bool    // WithLimit or WithLimitFraction was given
 	dropSafety  bool
-	noCaches    bool // queues cache no blocks (tests compare pools with and without)
+	noCaches    bool      // queues cache no blocks (tests compare pools with and without)
+	san         sanConfig // WithSanitizer and WithSanitizerOutput (sanitize.go)
 }
 
 // defaultConfig is a config before any option.

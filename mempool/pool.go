@@ -26,8 +26,9 @@ type Pool struct {
 	leadingBits int
 	arena       bool // WithArena
 	dropSafety  bool
-	defq        *qstate // the allocator's queue, where pool.Allocate allocates; p.host if none
-	host        *qstate // no queue: its cache serves requests on none
+	defq        *qstate    // the allocator's queue, where pool.Allocate allocates; p.host if none
+	host        *qstate    // no queue: its cache serves requests on none
+	san         *sanitizer // WithSanitizer's (sanitize.go); nil when off
 
 	hooks      atomic.Pointer[[]*hookEntry] // nil when none: the hot path checks only that
 	cacheState atomic.Int32                 // cachesOn, cachesStopping or cachesGone (qcache.go)
@@ -89,6 +90,10 @@ func newPool(call string, src source, opts []Option) (*Pool, error) {
 	if err := c.validate(call); err != nil {
 		return nil, err
 	}
+	sanitize, err := c.resolveSanitizer(call) // before the fields it sets are read
+	if err != nil {
+		return nil, err
+	}
 	// In a context of several devices, a block must suit each: the
 	// least of their largest buffers, the largest of their alignments.
 	ctx := allocator.ContextOf(src.outer())
@@ -106,6 +111,9 @@ func newPool(call string, src source, opts []Option) (*Pool, error) {
 		p.sizeCap = min(p.maxAlloc, maxRequest)
 	}
 	p.core = newCore(c, arenaAlignment(ctx), p.maxAlloc, limit)
+	if sanitize {
+		p.san = newSanitizer(p, c.san)
+	}
 	if c.noCaches {
 		p.cacheState.Store(cachesGone)
 	}
@@ -165,8 +173,13 @@ func (p *Pool) StopHolding() error {
 // Allocates with ErrPoolClosed. Buffers still active stay valid; each is
 // freed when closed (or collected). It returns the errors of freeing what
 // it held and of releasing its queues' events, joined. Close is
-// idempotent: a second Close frees nothing more and returns nil.
+// idempotent: a second Close frees nothing more and returns nil. With
+// the sanitizer, it first records a LeakedAtClose finding for each block
+// still open and completes every check (see Findings).
 func (p *Pool) Close() error {
+	if p.san != nil {
+		p.san.poolClosing() // leaks found; the quarantine checked and given back
+	}
 	p.stopCaching()
 	p.lock()
 	p.life = lifeClosed
@@ -175,6 +188,9 @@ func (p *Pool) Close() error {
 	errs := []error{p.StopHolding()}
 	for _, qs := range queues {
 		errs = append(errs, qs.release())
+	}
+	if p.san != nil {
+		p.san.releaseIfIdle()
 	}
 	return errors.Join(errs...)
 }
@@ -185,16 +201,7 @@ func (p *Pool) Stats() Stats {
 	qs, cached := p.lockCaches()
 	defer p.unlockCaches(qs)
 	s := p.statsLocked()
-	idle, idleBytes := p.idleSplitLocked(cached)
-	for i, g := range []*StatGroup{&s.InactiveSplit, &s.InactiveSplitBytes} {
-		d := [2]int64{idle[0], idle[1]}
-		if i == 1 {
-			d = idleBytes
-		}
-		g.Small.Current -= d[0]
-		g.Large.Current -= d[1]
-		g.All.Current -= d[0] + d[1]
-	}
+	p.takeIdleSplit(&s, cached, false)
 	if len(cached) > 0 && s.HeldBytes > 0 {
 		largest := p.pol.LargestFree()
 		for b := range cached {

@@ -264,8 +264,14 @@ func (p *Pool) flushAll() {
 // and frees the segments the policy gives up at once (none today: cached
 // blocks are never exact-size). It reports whether any block moved.
 func (p *Pool) drainCaches() (moved bool) {
+	if p.san != nil { // the sanitizer's quarantine too (its pools have no caches)
+		if bs := p.san.drain(); len(bs) > 0 {
+			_ = p.leaveQuarantine(bs)
+			moved = true
+		}
+	}
 	if p.cacheState.Load() == cachesGone {
-		return false // caching is off for good and the caches are empty: nothing to lock
+		return moved // caching is off for good and the caches are empty: nothing to lock
 	}
 	for _, qs := range p.cacheList() {
 		qs.c.mu.Lock()
@@ -317,6 +323,9 @@ func (p *Pool) lockCaches() ([]*qstate, map[*block]bool) {
 				for _, b := range q.c.blocks {
 					cached[b] = true
 				}
+			}
+			if p.san != nil {
+				p.san.quarantined(cached) // held, and not in the policy either
 			}
 			return qs, cached
 		}

@@ -47,6 +47,7 @@ type qstate struct {
 // QueueStats are the figures of one queue, in Stats.Queues.
 type QueueStats struct {
 	Queue *cl.CommandQueue
+	Name  string // given by On's QueueName; "" if none
 	// Requests made on the queue, those served by a held block, and those
 	// whose block was last used on another queue (or, out of order, on
 	// this one). For those, the other queues' markers found complete

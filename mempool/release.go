@@ -60,6 +60,11 @@ func (p *Pool) give(pb *PooledBuffer, hooks hookList, record bool) error {
 // giveBack is give's work once pb is marked closed: it tells the hooks,
 // gives the block to the core, and frees what the core gives up.
 func (p *Pool) giveBack(pb *PooledBuffer, size int64, hooks hookList, record bool) error {
+	if p.san != nil {
+		if sb := p.san.closing(pb); sb != nil {
+			return p.giveBackSanitized(pb, sb, size, hooks) // checked, poisoned, quarantined
+		}
+	}
 	b := pb.blk
 	var hookErr error
 	var after Event
@@ -97,24 +102,31 @@ func (p *Pool) freeSegments(segs []*segment, stale []mem) error {
 	}
 	var errs []error
 	freed, failed := 0, 0
+	hooks := p.hooks.Load()
 	for _, s := range segs {
 		if s.Data.svm != nil {
 			// clSVMFree frees at once, where clReleaseMemObject waits
 			// for the commands that use the buffer. Memory that may be
 			// in use is better leaked than freed.
 			if err := p.waitForUses(s); err != nil {
-				errs = append(errs, err)
+				errs = append(errs, err, p.segmentFreed(hooks, s, err))
 				continue
 			}
 		}
 		freed++
-		if err := p.freeSegment(s.Data); err != nil {
+		err := p.freeSegment(s.Data)
+		if err != nil {
 			failed++
 			errs = append(errs, err)
 		}
+		errs = append(errs, p.segmentFreed(hooks, s, err))
+	}
+	var bytes int64
+	for _, s := range segs {
+		bytes += s.Size
 	}
 	p.lock()
-	p.l.deviceFreed(freed, failed)
+	p.l.deviceFreed(freed, failed, bytes)
 	p.mu.Unlock()
 	return errors.Join(errs...)
 }

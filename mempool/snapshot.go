@@ -24,6 +24,12 @@ type Snapshot struct {
 	Limit        int64             `json:"limit,omitempty"`
 	Segments     []SegmentSnapshot `json:"segments"` // in the order they were allocated
 
+	// The pool's own peaks (Stats.PeakManagedBytes and PeakActiveBytes,
+	// since New or ResetPeak): what the memory reached before the
+	// snapshot, which its segments do not show.
+	PeakManagedBytes int64 `json:"peak_managed_bytes"`
+	PeakActiveBytes  int64 `json:"peak_active_bytes"`
+
 	// History is the last events of a registered hook that keeps them
 	// (memhooks.History), oldest first; empty if none is registered.
 	History []trace.Event `json:"history,omitempty"`
@@ -82,6 +88,7 @@ func (p *Pool) Snapshot() Snapshot {
 		Limit:        p.limit,
 		Segments:     make([]SegmentSnapshot, 0, len(p.l.segs)),
 	}
+	s.PeakManagedBytes, s.PeakActiveBytes = st.PeakManagedBytes, st.PeakActiveBytes
 	for seg, id := range p.l.segs {
 		ss := SegmentSnapshot{ID: id, Size: seg.Size, Small: seg.Small}
 		// As Stats counts them: a held block (free, or in a queue's

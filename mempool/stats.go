@@ -105,7 +105,7 @@ type Stats struct {
 	HeldBlocks   int
 	ActiveBytes  int64 // the sizes requested for the active blocks
 	HeldBytes    int64 // the sizes of the held blocks
-	ManagedBytes int64 // the sizes of all segments the pool owns, plus allocations in flight
+	ManagedBytes int64 // the sizes of all segments the pool owns (a segment being allocated counts once it is)
 
 	// Peaks since New or ResetPeak.
 	PeakActiveBytes  int64 // the most ActiveBytes has been
@@ -150,7 +150,7 @@ type Stats struct {
 	InactiveSplit      StatGroup // held blocks that share their segment with other blocks (inactive_split)
 	InactiveSplitBytes StatGroup // their bytes (inactive_split_bytes)
 	Segment            StatGroup // device allocations the pool owns (segment)
-	ReservedBytes      StatGroup // their sizes, plus allocations in flight (reserved_bytes)
+	ReservedBytes      StatGroup // their sizes, once allocated (reserved_bytes)
 
 	// Oversize blocks and segments: those over the maximum split size,
 	// never split (WithMaxSplitSize; torch: oversize_allocations,
@@ -221,10 +221,10 @@ func (p *Pool) MemoryStats() map[string]int64 {
 // ResetPeak sets every peak to its current value, as
 // torch.cuda.reset_peak_memory_stats does.
 func (p *Pool) ResetPeak() {
-	p.flushAll()
-	p.lock()
-	defer p.mu.Unlock()
+	qs, cached := p.lockCaches()
+	defer p.unlockCaches(qs)
 	p.l.resetPeak()
+	p.takeIdleSplit(&p.l.s, cached, true) // the peaks as Stats shows the current values
 }
 
 // ResetAccumulated zeroes the totals (the Allocated and Freed of every
@@ -284,6 +284,32 @@ func (p *Pool) idleSplitLocked(cached map[*block]bool) (blocks, bytes [2]int64) 
 		}
 	}
 	return blocks, bytes
+}
+
+// takeIdleSplit takes the idle splits (idleSplitLocked) out of s's
+// inactive splits: from their current values, as freed, or, with peaks,
+// from their peaks (which ResetPeak has just set to the current values).
+// p.mu and every queue cache's lock must be held.
+func (p *Pool) takeIdleSplit(s *Stats, cached map[*block]bool, peaks bool) {
+	idle, idleBytes := p.idleSplitLocked(cached)
+	for i, g := range []*StatGroup{&s.InactiveSplit, &s.InactiveSplitBytes} {
+		d := idle
+		if i == 1 {
+			d = idleBytes
+		}
+		if peaks {
+			g.Small.Peak -= d[0]
+			g.Large.Peak -= d[1]
+			g.All.Peak -= d[0] + d[1]
+			continue
+		}
+		g.Small.Current -= d[0]
+		g.Large.Current -= d[1]
+		g.All.Current -= d[0] + d[1]
+		g.Small.Freed += d[0]
+		g.Large.Freed += d[1]
+		g.All.Freed += d[0] + d[1]
+	}
 }
 
 // inUse reports whether a block of seg is handed out: active, and not in

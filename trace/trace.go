@@ -19,13 +19,36 @@
 //	a	1	524288	1200
 //	f	1	0	53100
 //
-// A trace has times on every event or on none. Read reads both kinds;
-// NewWriter writes the first and NewTimedWriter the second. In an Event, a
-// Time of 0 means the trace had no time column, and Timed tells whether
-// any event of a trace has a time.
+// A trace has times on every event or on none, and its times never go
+// backwards. Read reads both kinds; NewWriter writes the first and
+// NewTimedWriter the second. In an Event, a Time of 0 means the trace had
+// no time column, and Timed tells whether any event of a trace has a time.
+//
+// A sited trace (NewSitedWriter; memhooks.TraceRecorder with WithSites)
+// has two more columns, named in its header: queue, the queue the block
+// is for, numbered 1, 2, ... by the recorder in the order of their first
+// use, or - for none; and site, where in the program the event came from,
+// in the file:line:function form of memhooks.LineProfile and of the
+// pool's snapshots (the first frame outside clpool), or a short stack of
+// such frames, innermost first, joined by " < ", or - if unknown:
+//
+//	op	id	size	t	queue	site
+//	A	1	2097152	1100	1	main.go:42:main.main
+//	a	1	524288	1200	1	main.go:42:main.main
+//	f	1	0	53100	1	main.go:57:main.main
+//	F	1	2097152	60000	-	-
+//
+// Such a trace is split on tabs only, so a site may hold spaces.
+//
+// Ops "A" and "F" are a pool's segments: the device allocations it made
+// and gave back, numbered apart from the blocks, with the segment's size
+// (an "F" may give 0, as an "f" may). The bytes of the segments live at a
+// moment are the pool's managed bytes then. A trace recorded from a pool
+// has them; a trace of what a program asked for, such as cg.tsv, does
+// not. Replay, Summarize's block figures and Plan leave them out.
 //
 // An Event also encodes as JSON, {"op":"a","id":1,"size":512,"t":123},
-// with t in nanoseconds.
+// with t in nanoseconds, and queue and site when it has them.
 package trace
 
 import (
@@ -43,26 +66,36 @@ import (
 	"time"
 )
 
-// Op is an event's kind. It encodes as text, and so in JSON, as "a" or
-// "f".
+// Op is an event's kind. It encodes as text, and so in JSON, as "a",
+// "f", "A" or "F".
 type Op byte
 
 // Event kinds.
 const (
-	Alloc Op = 'a'
-	Free  Op = 'f'
+	Alloc        Op = 'a' // a block allocated
+	Free         Op = 'f' // a block freed
+	SegmentAlloc Op = 'A' // a segment (a device allocation of a pool) allocated
+	SegmentFree  Op = 'F' // a segment freed: given back to the device
 )
 
-// MarshalText returns "a" or "f", and an error for any other Op.
+// valid reports whether op is one of the four kinds.
+func (op Op) valid() bool {
+	return op == Alloc || op == Free || op == SegmentAlloc || op == SegmentFree
+}
+
+// Segment reports whether op is a segment's: SegmentAlloc or SegmentFree.
+func (op Op) Segment() bool { return op == SegmentAlloc || op == SegmentFree }
+
+// MarshalText returns "a", "f", "A" or "F", and an error for any other Op.
 func (op Op) MarshalText() ([]byte, error) {
-	if op != Alloc && op != Free {
-		return nil, fmt.Errorf("trace: unknown op %q, want a or f", byte(op))
+	if !op.valid() {
+		return nil, fmt.Errorf("trace: unknown op %q, want a, f, A or F", byte(op))
 	}
 	return []byte{byte(op)}, nil
 }
 
-// UnmarshalText sets op from "a" or "f", and returns an error for any other
-// text.
+// UnmarshalText sets op from "a", "f", "A" or "F", and returns an error
+// for any other text.
 func (op *Op) UnmarshalText(text []byte) error {
 	parsed, err := parseOp(string(text))
 	if err != nil {
@@ -79,16 +112,54 @@ func parseOp(s string) (Op, error) {
 		return Alloc, nil
 	case "f":
 		return Free, nil
+	case "A":
+		return SegmentAlloc, nil
+	case "F":
+		return SegmentFree, nil
 	}
-	return 0, fmt.Errorf("unknown op %s, want a or f", shorten(s))
+	return 0, fmt.Errorf("unknown op %s, want a, f, A or F", shorten(s))
 }
 
-// Event is one allocation or free.
+// Event is one allocation or free, of a block or (ops SegmentAlloc and
+// SegmentFree) of a pool's segment.
 type Event struct {
 	Op   Op            `json:"op"`
-	ID   int64         `json:"id"`
+	ID   int64         `json:"id"`   // the block's, or the segment's: each numbered apart
 	Size int64         `json:"size"` // bytes allocated; 0 for a free
 	Time time.Duration `json:"t"`    // since the recording began; 0 if the trace has no time column
+
+	// Queue and Site are a sited trace's columns (see the package doc):
+	// the queue's number, from 1, and where the event came from. Queue 0
+	// and Site "" are "-": none, unknown, or a trace without the columns.
+	Queue int    `json:"queue,omitempty"`
+	Site  string `json:"site,omitempty"`
+}
+
+// Sited reports whether any of events has a queue or a site.
+func Sited(events []Event) bool {
+	for _, ev := range events {
+		if ev.Queue != 0 || ev.Site != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// Blocks returns the events of blocks (Alloc and Free) of events, in
+// order, without the segments' events: what a program asked for. It
+// returns events itself if they have no segment event.
+func Blocks(events []Event) []Event {
+	i := slices.IndexFunc(events, func(ev Event) bool { return ev.Op.Segment() })
+	if i < 0 {
+		return events
+	}
+	out := slices.Clone(events[:i])
+	for _, ev := range events[i:] {
+		if !ev.Op.Segment() {
+			out = append(out, ev)
+		}
+	}
+	return out
 }
 
 // Timed reports whether any of events has a time, that is, whether they
@@ -102,11 +173,41 @@ func Timed(events []Event) bool {
 	return false
 }
 
-// The two headers, as fields.
+// The three headers, as fields.
 var (
 	header      = []string{"op", "id", "size"}
 	timedHeader = []string{"op", "id", "size", "t"}
+	sitedHeader = []string{"op", "id", "size", "t", "queue", "site"}
 )
+
+// Errors of a trace that Read and ReadComplete refuse, in a *LineError,
+// for errors.Is: the error's message says more.
+var (
+	// ErrCut is ReadComplete's error for a last line without its newline:
+	// the trace was cut mid-line, as when the program writing it was
+	// stopped before it flushed.
+	ErrCut = errors.New("trace: the last line has no newline: the trace was cut")
+	// ErrTimeBackwards is the error for an event whose time is before
+	// the time of the event above it.
+	ErrTimeBackwards = errors.New("trace: a time goes backwards")
+	// ErrColumns is the error for a line whose columns disagree with the
+	// header's, or with the first event's when there is no header.
+	ErrColumns = errors.New("trace: the columns disagree with the header")
+)
+
+// kindError is an error whose message is its own and that matches one of
+// the sentinels above.
+type kindError struct {
+	kind error
+	msg  string
+}
+
+func (e *kindError) Error() string        { return e.msg }
+func (e *kindError) Is(target error) bool { return target == e.kind }
+
+func kindErrorf(kind error, format string, args ...any) error {
+	return &kindError{kind: kind, msg: fmt.Sprintf(format, args...)}
+}
 
 // LineError is Read's error at a line of a trace.
 type LineError struct {
@@ -120,16 +221,29 @@ func (e *LineError) Error() string { return fmt.Sprintf("trace: line %d: %v", e.
 // Unwrap returns the error without the line.
 func (e *LineError) Unwrap() error { return e.Err }
 
-// Read parses a trace, timed or not. Blank lines and lines starting with #
-// are skipped, and so is the header, if the first other line is one.
-// Lines may be of any length. Read checks that every event line has the
-// same number of fields, three or four (with a time, a non-negative
-// integer); that every free names a live block, with size 0 or the size
-// it was allocated with; and that no id is allocated twice while live.
-// Errors are *LineError. The events Read returns have Size 0 for every
-// free.
-func Read(r io.Reader) ([]Event, error) {
-	p := parser{liveSize: map[int64]int64{}}
+// Read parses a trace, timed, sited or neither. Blank lines and lines
+// starting with # are skipped, and so is the header, if the first other
+// line is one. Lines may be of any length. A trace whose header names the
+// queue and site columns is split on tabs only; any other, on white
+// space. Read checks that every event line has the same columns, those of
+// the header, or three or four (with a time, a non-negative integer) if
+// there is none (ErrColumns); that times never go backwards
+// (ErrTimeBackwards); that every free names a live block, with size 0 or
+// the size it was allocated with; and that no id is allocated twice while
+// live; and the same of segments. Errors are *LineError. The events Read
+// returns have Size 0 for every free.
+//
+// Read takes a last line without its newline as the others; ReadComplete
+// refuses it.
+func Read(r io.Reader) ([]Event, error) { return read(r, false) }
+
+// ReadComplete is Read for a trace that must be whole: it also refuses a
+// last line, other than a blank one, that has no newline, as the trace of
+// a program stopped mid-line ends (ErrCut, in a *LineError).
+func ReadComplete(r io.Reader) ([]Event, error) { return read(r, true) }
+
+func read(r io.Reader, complete bool) ([]Event, error) {
+	p := parser{liveSize: map[int64]int64{}, segSize: map[int64]int64{}}
 	br := bufio.NewReader(r) // unlike a bufio.Scanner, no limit on a line's length
 	var events []Event
 	for line := 1; ; line++ {
@@ -137,7 +251,10 @@ func Read(r io.Reader) ([]Event, error) {
 		if readErr != nil && !errors.Is(readErr, io.EOF) {
 			return nil, &LineError{Line: line, Err: fmt.Errorf("reading: %w", readErr)}
 		}
-		ev, ok, err := p.parse(strings.TrimSpace(text), line)
+		if complete && readErr != nil && strings.TrimSpace(text) != "" {
+			return nil, &LineError{Line: line, Err: kindErrorf(ErrCut, "the last line, %s, has no newline: the trace was cut", shorten(text))}
+		}
+		ev, ok, err := p.parse(text, line)
 		if err != nil {
 			return nil, &LineError{Line: line, Err: err}
 		}
@@ -164,33 +281,53 @@ func ReadFile(path string) ([]Event, error) {
 // parser is Read's state between lines.
 type parser struct {
 	liveSize map[int64]int64 // live block id -> its size
+	segSize  map[int64]int64 // live segment id -> its size
 	seen     bool            // a header or an event has been read
-	columns  int             // 3 or 4, once seen
+	columns  int             // 3, 4 or 6, once seen
 	from     int             // the line that set columns
+	tabs     bool            // split on tabs only: the header names the queue and site columns
+	last     time.Duration   // the time of the last event
+	lastLine int             // its line; 0 before the first event
 }
 
-// parse parses one line, already trimmed. ok is false for a line with no
-// event: blank, a comment or the header.
-func (p *parser) parse(text string, line int) (ev Event, ok bool, err error) {
+// parse parses one line, as read, with its newline. ok is false for a
+// line with no event: blank, a comment or the header.
+func (p *parser) parse(raw string, line int) (ev Event, ok bool, err error) {
+	text := strings.TrimSpace(raw)
 	if text == "" || strings.HasPrefix(text, "#") {
 		return ev, false, nil
 	}
 	fields := strings.Fields(text)
 	if !p.seen && fields[0] == "op" {
-		if !slices.Equal(fields, header) && !slices.Equal(fields, timedHeader) {
-			return ev, false, fmt.Errorf("header %s, want `op id size` or `op id size t`", shorten(text))
+		switch {
+		case slices.Equal(fields, header), slices.Equal(fields, timedHeader):
+		case slices.Equal(fields, sitedHeader):
+			p.tabs = true
+		default:
+			return ev, false, fmt.Errorf("header %s, want `op id size`, `op id size t` or `op id size t queue site`", shorten(text))
 		}
 		p.seen, p.columns, p.from = true, len(fields), line
 		return ev, false, nil
 	}
-	if len(fields) != 3 && len(fields) != 4 {
-		return ev, false, fmt.Errorf("want `op id size` or `op id size t`, got %d fields: %s", len(fields), shorten(text))
-	}
-	if !p.seen {
-		p.seen, p.columns, p.from = true, len(fields), line
-	}
-	if len(fields) != p.columns {
-		return ev, false, fmt.Errorf("%d fields, but line %d has %d: a trace has a time on every event or on none", len(fields), p.from, p.columns)
+	if p.tabs {
+		fields = strings.Split(strings.TrimRight(raw, "\r\n"), "\t")
+		if len(fields) != p.columns {
+			return ev, false, kindErrorf(ErrColumns, "%d tab-separated fields, but the header (line %d) names %d: op id size t queue site (a trace with sites is split on tabs only): %s", len(fields), p.from, p.columns, shorten(text))
+		}
+	} else {
+		if len(fields) != 3 && len(fields) != 4 {
+			hint := ""
+			if len(fields) > 4 {
+				hint = " (a trace with queue and site columns names them in its header)"
+			}
+			return ev, false, kindErrorf(ErrColumns, "want `op id size` or `op id size t`, got %d fields%s: %s", len(fields), hint, shorten(text))
+		}
+		if !p.seen {
+			p.seen, p.columns, p.from = true, len(fields), line
+		}
+		if len(fields) != p.columns {
+			return ev, false, kindErrorf(ErrColumns, "%d fields, but line %d has %d: a trace has a time on every event or on none", len(fields), p.from, p.columns)
+		}
 	}
 	if ev.Op, err = parseOp(fields[0]); err != nil {
 		return ev, false, err
@@ -201,28 +338,49 @@ func (p *parser) parse(text string, line int) (ev Event, ok bool, err error) {
 	if ev.Size, err = strconv.ParseInt(fields[2], 10, 64); err != nil || ev.Size < 0 {
 		return ev, false, fmt.Errorf("size %s is not a non-negative integer", shorten(fields[2]))
 	}
-	if len(fields) == 4 {
+	if len(fields) >= 4 {
 		ns, err := strconv.ParseInt(fields[3], 10, 64)
 		if err != nil || ns < 0 {
 			return ev, false, fmt.Errorf("time %s is not a non-negative integer (nanoseconds)", shorten(fields[3]))
 		}
 		ev.Time = time.Duration(ns)
-	}
-	allocated, live := p.liveSize[ev.ID]
-	if ev.Op == Alloc {
-		if live {
-			return ev, false, fmt.Errorf("block %d allocated while live", ev.ID)
+		if p.lastLine > 0 && ev.Time < p.last {
+			return ev, false, kindErrorf(ErrTimeBackwards, "time %d ns is before the %d ns of line %d: a trace's times never go backwards", ns, p.last.Nanoseconds(), p.lastLine)
 		}
-		p.liveSize[ev.ID] = ev.Size
+		p.last = ev.Time
+	}
+	p.lastLine = line
+	if p.tabs {
+		if q := fields[4]; q != "-" {
+			n, err := strconv.ParseInt(q, 10, 0)
+			if err != nil || n < 1 {
+				return ev, false, fmt.Errorf("queue %s is neither a positive integer nor -", shorten(q))
+			}
+			ev.Queue = int(n)
+		}
+		if site := fields[5]; site != "-" {
+			ev.Site = site
+		}
+	}
+	what, live := "block", p.liveSize
+	if ev.Op.Segment() {
+		what, live = "segment", p.segSize
+	}
+	allocated, isLive := live[ev.ID]
+	if ev.Op == Alloc || ev.Op == SegmentAlloc {
+		if isLive {
+			return ev, false, fmt.Errorf("%s %d allocated while live", what, ev.ID)
+		}
+		live[ev.ID] = ev.Size
 		return ev, true, nil
 	}
-	if !live {
-		return ev, false, fmt.Errorf("free of block %d, which is not live", ev.ID)
+	if !isLive {
+		return ev, false, fmt.Errorf("free of %s %d, which is not live", what, ev.ID)
 	}
 	if ev.Size != 0 && ev.Size != allocated {
-		return ev, false, fmt.Errorf("free of block %d with size %d, but it was allocated with %d (a free's size is 0 or the allocated size)", ev.ID, ev.Size, allocated)
+		return ev, false, fmt.Errorf("free of %s %d with size %d, but it was allocated with %d (a free's size is 0 or the allocated size)", what, ev.ID, ev.Size, allocated)
 	}
-	delete(p.liveSize, ev.ID)
+	delete(live, ev.ID)
 	ev.Size = 0
 	return ev, true, nil
 }
@@ -237,73 +395,133 @@ func shorten(s string) string {
 	return fmt.Sprintf("%q... (%d bytes)", s[:limit], len(s))
 }
 
-// Writer writes a trace, header first. It is not safe for concurrent use;
-// wrap it in a lock to share it.
+// Writer writes a trace, header first. It writes whole lines only: it
+// keeps the lines in a buffer of its own and hands them to w, a number of
+// whole lines in one Write call, when the buffer passes 64 KiB and at
+// Flush, so that a program stopped between two of its writes leaves no
+// line cut (ReadComplete refuses a cut one). It is not safe for
+// concurrent use; wrap it in a lock to share it.
 type Writer struct {
-	w      *bufio.Writer
-	timed  bool
-	header bool // written
+	w      io.Writer
+	buf    []byte
+	cols   int // 3, 4 or 6: the header's
+	header bool
+	err    error // the first error of w; every later call returns it
 }
+
+// writeAt is the buffered bytes past which Write hands them to w.
+const writeAt = 64 << 10
 
 // NewWriter returns a Writer of the three-column format, `op id size`,
 // to w; it leaves out the events' times. Call Flush when done.
-func NewWriter(w io.Writer) *Writer { return &Writer{w: bufio.NewWriter(w)} }
+func NewWriter(w io.Writer) *Writer { return &Writer{w: w, cols: 3} }
 
 // NewTimedWriter returns a Writer of the timed format, `op id size t`,
 // to w, with each event's Time in nanoseconds. Call Flush when done.
-func NewTimedWriter(w io.Writer) *Writer { return &Writer{w: bufio.NewWriter(w), timed: true} }
+func NewTimedWriter(w io.Writer) *Writer { return &Writer{w: w, cols: 4} }
+
+// NewSitedWriter returns a Writer of the sited format, `op id size t
+// queue site`, to w, with each event's Time, Queue (- for 0) and Site (-
+// for ""; its tabs and line breaks written as spaces). Call Flush when
+// done.
+func NewSitedWriter(w io.Writer) *Writer { return &Writer{w: w, cols: 6} }
 
 // Write writes one event, after the header if it is the first.
 func (t *Writer) Write(ev Event) error {
+	if t.err != nil {
+		return t.err
+	}
 	if !t.header {
 		t.header = true
 		h := header
-		if t.timed {
+		switch t.cols {
+		case 4:
 			h = timedHeader
+		case 6:
+			h = sitedHeader
 		}
-		if _, err := t.w.WriteString(strings.Join(h, "\t") + "\n"); err != nil {
-			return fmt.Errorf("trace: writing: %w", err)
+		t.buf = append(t.buf, strings.Join(h, "\t")...)
+		t.buf = append(t.buf, '\n')
+	}
+	t.buf = append(t.buf, byte(ev.Op), '\t')
+	t.buf = strconv.AppendInt(t.buf, ev.ID, 10)
+	t.buf = append(t.buf, '\t')
+	t.buf = strconv.AppendInt(t.buf, ev.Size, 10)
+	if t.cols >= 4 {
+		t.buf = append(t.buf, '\t')
+		t.buf = strconv.AppendInt(t.buf, ev.Time.Nanoseconds(), 10)
+	}
+	if t.cols == 6 {
+		t.buf = append(t.buf, '\t')
+		if ev.Queue == 0 {
+			t.buf = append(t.buf, '-')
+		} else {
+			t.buf = strconv.AppendInt(t.buf, int64(ev.Queue), 10)
+		}
+		t.buf = append(t.buf, '\t')
+		if ev.Site == "" {
+			t.buf = append(t.buf, '-')
+		} else {
+			for i := 0; i < len(ev.Site); i++ {
+				c := ev.Site[i]
+				if c == '\t' || c == '\n' || c == '\r' {
+					c = ' '
+				}
+				t.buf = append(t.buf, c)
+			}
 		}
 	}
-	var err error
-	if t.timed {
-		_, err = fmt.Fprintf(t.w, "%c\t%d\t%d\t%d\n", ev.Op, ev.ID, ev.Size, ev.Time.Nanoseconds())
-	} else {
-		_, err = fmt.Fprintf(t.w, "%c\t%d\t%d\n", ev.Op, ev.ID, ev.Size)
-	}
-	if err != nil {
-		return fmt.Errorf("trace: writing: %w", err)
+	t.buf = append(t.buf, '\n')
+	if len(t.buf) >= writeAt {
+		return t.Flush()
 	}
 	return nil
 }
 
-// Flush writes what is buffered.
+// Flush hands what is buffered, whole lines, to w in one Write call.
 func (t *Writer) Flush() error {
-	if err := t.w.Flush(); err != nil {
-		return fmt.Errorf("trace: writing: %w", err)
+	if t.err != nil {
+		return t.err
 	}
-	return nil
+	if len(t.buf) == 0 {
+		return nil
+	}
+	_, err := t.w.Write(t.buf)
+	t.buf = t.buf[:0]
+	if err != nil {
+		t.err = fmt.Errorf("trace: writing: %w", err)
+	}
+	return t.err
 }
 
-// Summary is what a trace asks of an allocator.
+// Summary is what a trace asks of an allocator, and, for a trace recorded
+// from a pool, what the pool took from the device.
 type Summary struct {
 	Allocs, Frees int
 	PeakLiveBytes int64 // the most bytes live at once; math.MaxInt64 if more
 	Leaked        int   // blocks allocated and never freed
 	Sizes         int   // distinct sizes allocated
+
+	// The segments' events (SegmentAlloc and SegmentFree): the device
+	// allocations and frees a recorded pool made, and the most bytes of
+	// segments live at once, the pool's peak managed bytes (saturating
+	// as PeakLiveBytes does). Zero for a trace without them.
+	SegmentAllocs, SegmentFrees int
+	PeakSegmentBytes            int64
 }
 
 // Summarize counts a trace's events, its distinct sizes and its peak
-// live bytes. The peak saturates at math.MaxInt64: a trace whose live
-// bytes pass it (events built by hand, sizes near math.MaxInt64) reports
-// math.MaxInt64, never a wrapped figure. The live bytes are kept exactly
-// on the way, past math.MaxInt64 too, so that the frees after such a peak
-// bring them back down to the right figure. The counts are of events and
-// cannot overflow.
+// live bytes, and the same of its segments. The peak saturates at
+// math.MaxInt64: a trace whose live bytes pass it (events built by hand,
+// sizes near math.MaxInt64) reports math.MaxInt64, never a wrapped
+// figure. The live bytes are kept exactly on the way, past math.MaxInt64
+// too, so that the frees after such a peak bring them back down to the
+// right figure. The counts are of events and cannot overflow.
 func Summarize(events []Event) Summary {
 	var s Summary
-	var live wide
+	var live, segLive wide
 	sizes := map[int64]int64{}
+	segSizes := map[int64]int64{}
 	distinct := map[int64]bool{}
 	for _, ev := range events {
 		switch ev.Op {
@@ -317,6 +535,15 @@ func Summarize(events []Event) Summary {
 			s.Frees++
 			live.sub(sizes[ev.ID])
 			delete(sizes, ev.ID)
+		case SegmentAlloc:
+			s.SegmentAllocs++
+			segSizes[ev.ID] = ev.Size
+			segLive.add(ev.Size)
+			s.PeakSegmentBytes = max(s.PeakSegmentBytes, segLive.saturated())
+		case SegmentFree:
+			s.SegmentFrees++
+			segLive.sub(segSizes[ev.ID])
+			delete(segSizes, ev.ID)
 		}
 	}
 	s.Leaked, s.Sizes = len(sizes), len(distinct)
@@ -356,9 +583,10 @@ func (w wide) saturated() int64 {
 	return int64(w.lo)
 }
 
-// Replay runs the events through alloc and free, keeping each block's
-// handle by id. Blocks the trace leaves live are freed at the end, in id
-// order.
+// Replay runs the events of blocks through alloc and free, keeping each
+// block's handle by id; it leaves out the segments' events, which are what
+// the recorded pool did, not what the program asked. Blocks the trace
+// leaves live are freed at the end, in id order.
 func Replay[T any](events []Event, alloc func(size int64) (T, error), free func(T) error) error {
 	live := make(map[int64]T, 64)
 	for _, ev := range events {

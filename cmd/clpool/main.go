@@ -70,6 +70,11 @@ over the trace's clairvoyant plan (clpool plan, align 256).
 The trace is lines of "op id size", an optional "op id size" header first:
 "a 1 4096" allocates 4096 bytes as block 1 and "f 1 4096" frees it (a free's
 size is 0 or the size allocated). Blank lines and # comments are skipped.
+A timed trace has a fourth column, t, and one recorded with
+memhooks.WithSites two more, queue and site, which replay does not use; the
+recorded pool's segments (ops A and F) are not replayed, only reported. A
+trace cut mid-line, with times that go backwards, or with lines whose
+columns disagree with its header is refused, with its file and line.
 
 flags:
 `
@@ -170,6 +175,7 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	sum := trace.Summarize(events)
+	events = trace.Blocks(events) // what the program asked for: the recorded pool's segments are not replayed
 	plan := trace.Plan(events, replayPlanAlign)
 
 	q, err := cl.DefaultQueue()
@@ -179,6 +185,9 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 	defer q.Release()
 	prog := newProgress(stderr)
 	fmt.Fprintf(stderr, "%s: %d events (%d allocations, peak %d live bytes, plan %d bytes) on %v\n", path, len(events), sum.Allocs, sum.PeakLiveBytes, plan.Size, q.Device())
+	if sum.SegmentAllocs > 0 {
+		fmt.Fprintf(stderr, "the pool that recorded it: %d device allocations, peak %d managed bytes\n", sum.SegmentAllocs, sum.PeakSegmentBytes)
+	}
 
 	var results []result
 	for _, name := range names {

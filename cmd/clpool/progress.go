@@ -5,31 +5,46 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
+
+	"golang.org/x/term"
 )
 
-// progress reports how far a command has got: replay's runs as a bar
-// redrawn in place on a terminal and plain lines otherwise (a log, a pipe,
-// CI); viz's reading and replaying as a bar on a terminal only.
+// progress reports how far a command has got. On a terminal (as
+// golang.org/x/term tells: /dev/null, a pipe or a file is none) it is a
+// bar redrawn in place; otherwise (a log, CI) replay's runs are plain
+// lines, at most one every plainEvery, and viz's reading and replaying
+// nothing.
 type progress struct {
 	w        io.Writer
 	terminal bool
 	drawn    bool
 	phase    string // count's last phase and percentage
 	pct      int
+
+	now     func() time.Time // time.Now; tests set their own
+	printed time.Time        // the last plain line's time; zero before the first
 }
 
+// plainEvery is the least time between two plain progress lines.
+const plainEvery = 3 * time.Second
+
 func newProgress(w io.Writer) *progress {
-	p := &progress{w: w}
+	p := &progress{w: w, now: time.Now}
 	if f, ok := w.(*os.File); ok {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			p.terminal = true
-		}
+		p.terminal = term.IsTerminal(int(f.Fd()))
 	}
 	return p
 }
 
+// step reports run i of n of a replay configuration, of ns per event.
 func (p *progress) step(config string, i, n int, ns float64) {
 	if !p.terminal {
+		now := p.now()
+		if !p.printed.IsZero() && now.Sub(p.printed) < plainEvery {
+			return
+		}
+		p.printed = now
 		fmt.Fprintf(p.w, "%s: run %d/%d: %.1f ns/event\n", config, i, n, ns)
 		return
 	}
@@ -39,6 +54,7 @@ func (p *progress) step(config string, i, n int, ns float64) {
 	p.drawn = true
 }
 
+// done ends the bar's line, if one was drawn.
 func (p *progress) done() {
 	if p.terminal && p.drawn {
 		fmt.Fprintln(p.w)

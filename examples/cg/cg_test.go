@@ -1,10 +1,17 @@
 package main
 
 import (
-	"github.com/clpool/clpool/trace"
+	"bytes"
+	"fmt"
+	"io"
 	"math"
+	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"testing"
+
+	"github.com/clpool/clpool/trace"
 
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
@@ -112,24 +119,64 @@ func TestCGOverTheRawAllocatorLeaksNothing(t *testing.T) {
 	}
 }
 
-func TestRunPrintsTheComparison(t *testing.T) {
+// Issue 24: the demo's one headline was "speedup with the pool: 0.91x"
+// on POCL, where a device allocation is a malloc. It prints what the pool
+// changed on any device: the device allocations without and with it (one
+// per array, against a handful), the peak of device memory and the time
+// spent allocating and freeing, and says in a line why the time gain is
+// small on a CPU runtime and where it is large.
+func TestRunPrintsWhatThePoolChanged(t *testing.T) {
 	q := cltest.Queue(t) // the device the demo will pick
-	require.NoError(t, run(cltest.Size(q, 512, 8192), 10, "", false))
+	const iters = 10
+	var out bytes.Buffer
+	require.NoError(t, run(&out, cltest.Size(q, 512, 8192), iters, "", false))
+	t.Log(out.String())
+	text := out.String()
+	assert.NotContains(t, text, "speedup")
+
+	row := func(name string) []string {
+		m := regexp.MustCompile(`(?m)^` + name + `\s+(.+?)\s{2,}(.+)$`).FindStringSubmatch(text)
+		require.NotNil(t, m, "no row %q in:\n%s", name, text)
+		return m[1:]
+	}
+	allocs := row("device allocations")
+	without, err := strconv.Atoi(allocs[0])
+	require.NoError(t, err)
+	with, err := strconv.Atoi(allocs[1])
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, without, 4+4*iters, "an allocation per array: b, x, r, p, then 4 per iteration and the dots' partial sums")
+	assert.Positive(t, with)
+	assert.Less(t, with, without/4, "the pool allocates a handful")
+	assert.Regexp(t, `^\d+\.\d MiB$`, row("peak device memory")[0])
+	for _, name := range []string{"time allocating and freeing", "time of the whole solve"} {
+		for _, v := range row(name) {
+			assert.Regexp(t, `^\d+\.\d ms$`, v, name)
+		}
+	}
+	assert.Contains(t, text, fmt.Sprintf("(%d arrays either way", without))
+	assert.Contains(t, text, "83 µs on an NVIDIA H100", "where the gain is large, from BENCHMARKS.md")
+	assert.Contains(t, text, "a device allocation is little more than a malloc", "why it is small here")
 }
 
-// -trace records the pooled run: a trace that reads back and replays,
-// with as many allocations as frees.
+// -trace records the pooled run: a trace with sites and the pool's
+// segments that reads back whole, with as many allocations as frees.
 func TestRunRecordsATrace(t *testing.T) {
 	q := cltest.Queue(t)
 	path := filepath.Join(t.TempDir(), "cg.tsv")
-	require.NoError(t, run(cltest.Size(q, 512, 8192), 10, path, true))
-	events, err := trace.ReadFile(path)
+	require.NoError(t, run(io.Discard, cltest.Size(q, 512, 8192), 10, path, true))
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	events, err := trace.ReadComplete(bytes.NewReader(data))
 	require.NoError(t, err)
 	require.NotEmpty(t, events)
 	assert.True(t, trace.Timed(events))
+	assert.True(t, trace.Sited(events))
 	s := trace.Summarize(events)
 	assert.Positive(t, s.PeakLiveBytes)
 	assert.Zero(t, s.Leaked, "every array of the solve was closed")
+	assert.Positive(t, s.SegmentAllocs, "the pool's own segments")
+	assert.Positive(t, s.PeakSegmentBytes)
+	assert.Regexp(t, `(?m)^a\t1\t\d+\t\d+\t1\tcg\.go:\d+:(main|cg)\.solve\[\.\.\.\]$`, string(data), "the first block: b, made in solve (package main, called cg in a test)")
 }
 
 func benchIteration(b *testing.B, usePool bool) {

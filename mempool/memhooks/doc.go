@@ -7,7 +7,11 @@
 //     for it, prints the tree as CuPy's LineProfileHook does, and writes it
 //     as a pprof profile for `go tool pprof`.
 //   - TraceRecorder writes the allocations and frees as a timed trace
-//     (package trace) that `clpool replay` can replay.
+//     (package trace) that `clpool replay` can replay and `clpool viz`
+//     draw, with the pool's own segments, and with WithSites each block's
+//     queue and call site. It writes whole lines only, by itself every
+//     250 ms; Flush or Close it when done (on Ctrl-C too: see
+//     TraceRecorder).
 //   - History keeps the last n allocations and frees in a ring, as
 //     torch.cuda.memory._record_memory_history(max_entries=n) does: read
 //     them with Events, or write them as a timed trace with WriteTrace. A

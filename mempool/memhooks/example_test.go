@@ -82,29 +82,35 @@ func ExampleTraceRecorder() {
 	p, done := examplePool()
 	defer done()
 	var out bytes.Buffer
-	rec := memhooks.NewTraceRecorder(&out)
+	rec := memhooks.NewTraceRecorder(&out, memhooks.WithSites())
 	p.AddHook(rec)
 
 	a, _ := p.Allocate(4000)
 	b, _ := p.Allocate(100)
 	a.Close()
 	b.Close()
-	rec.Flush()
+	p.FreeHeld() // the pool gives its segments back
+	rec.Close()  // writes what is buffered, and stops recording
 
-	// The trace is timed: its last column, t, is the nanoseconds since the
-	// recorder was made, which differ from run to run.
+	// The trace is timed: its column t is the nanoseconds since the
+	// recorder was made, which differ from run to run. Ops A and F are
+	// the pool's segments, a and f the blocks.
 	header, _, _ := strings.Cut(out.String(), "\n")
 	fmt.Printf("%q\n", header)
 	events, _ := trace.Read(&out)
 	for _, ev := range events {
-		fmt.Printf("%c %d %d\n", ev.Op, ev.ID, ev.Size)
+		fmt.Printf("%c %d %d queue %d %s\n", ev.Op, ev.ID, ev.Size, ev.Queue, ev.Site)
 	}
 	// Output:
-	// "op\tid\tsize\tt"
-	// a 1 4000
-	// a 2 100
-	// f 1 0
-	// f 2 0
+	// "op\tid\tsize\tt\tqueue\tsite"
+	// A 1 4095 queue 1 example_test.go:88:memhooks_test.ExampleTraceRecorder
+	// a 1 4000 queue 1 example_test.go:88:memhooks_test.ExampleTraceRecorder
+	// A 2 103 queue 1 example_test.go:89:memhooks_test.ExampleTraceRecorder
+	// a 2 100 queue 1 example_test.go:89:memhooks_test.ExampleTraceRecorder
+	// f 1 0 queue 1 example_test.go:90:memhooks_test.ExampleTraceRecorder
+	// f 2 0 queue 1 example_test.go:91:memhooks_test.ExampleTraceRecorder
+	// F 1 0 queue 0 example_test.go:92:memhooks_test.ExampleTraceRecorder
+	// F 2 0 queue 0 example_test.go:92:memhooks_test.ExampleTraceRecorder
 }
 
 func ExampleNewHistory() {

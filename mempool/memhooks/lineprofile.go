@@ -3,13 +3,12 @@ package memhooks
 import (
 	"fmt"
 	"io"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
 
 	"github.com/clpool/clpool/mempool"
+	"github.com/clpool/clpool/mempool/internal/callsite"
 	"github.com/google/pprof/profile"
 )
 
@@ -39,16 +38,9 @@ type counts struct {
 	acquiredBytes            int64
 }
 
-type frame struct {
-	fn, file string
-	line     int
-}
-
-// String is CuPy's file:line:function form, with the file's base name and
-// the function's package name but not its import path.
-func (f frame) String() string {
-	return fmt.Sprintf("%s:%d:%s", filepath.Base(f.file), f.line, f.fn[strings.LastIndexByte(f.fn, '/')+1:])
-}
+// frame is a frame of a stack; its String is CuPy's file:line:function
+// form (callsite's, which the sanitizer's findings use too).
+type frame = callsite.Frame
 
 // NewLineProfile returns an empty profile. Register it with pool.AddHook.
 func NewLineProfile() *LineProfile {
@@ -91,7 +83,7 @@ func (lp *LineProfile) Handle(e mempool.Event) {
 func (lp *LineProfile) record(frames []frame) *stackRecord {
 	var key strings.Builder
 	for _, f := range frames {
-		fmt.Fprintf(&key, "%s\x00%s\x00%d\x00", f.fn, f.file, f.line)
+		fmt.Fprintf(&key, "%s\x00%s\x00%d\x00", f.Fn, f.File, f.Line)
 	}
 	r := lp.stacks[key.String()]
 	if r == nil {
@@ -101,41 +93,10 @@ func (lp *LineProfile) record(frames []frame) *stackRecord {
 	return r
 }
 
-// ownPackages are the packages whose frames a profile leaves out: clpool's
-// own, which are how the memory was asked for, not where.
-var ownPackages = []string{
-	"github.com/clpool/clpool/mempool.", "github.com/clpool/clpool/mempool/memhooks.",
-	"github.com/clpool/clpool/array.", "github.com/clpool/clpool/allocator.",
-	"github.com/clpool/clpool/cl.",
-	// Not clpool's, but above the user's code: the tree starts at main.main,
-	// or at the test function.
-	"runtime.", "testing.",
-}
-
 // callers returns the stack of the goroutine calling the pool, innermost
-// first, without clpool's frames.
-func callers() []frame {
-	pcs := make([]uintptr, 64)
-	pcs = pcs[:runtime.Callers(2, pcs)]
-	var out []frame
-	frames := runtime.CallersFrames(pcs)
-	for {
-		f, more := frames.Next()
-		own := false
-		for _, p := range ownPackages {
-			if strings.HasPrefix(f.Function, p) {
-				own = true
-				break
-			}
-		}
-		if !own && f.Function != "" && filepath.Base(f.File) != "_testmain.go" {
-			out = append(out, frame{fn: f.Function, file: f.File, line: f.Line})
-		}
-		if !more {
-			return out
-		}
-	}
-}
+// first, without clpool's frames (nor the runtime's and testing's, above
+// the user's code).
+func callers() []frame { return callsite.Callers(2) }
 
 // sortedRecords returns the records in the order of their stacks' keys, so
 // that output does not depend on map order. lp.mu must be held.
@@ -269,13 +230,13 @@ func (lp *LineProfile) Profile() *profile.Profile {
 		for _, f := range r.frames {
 			loc := locations[f]
 			if loc == nil {
-				fn := functions[[2]string{f.fn, f.file}]
+				fn := functions[[2]string{f.Fn, f.File}]
 				if fn == nil {
-					fn = &profile.Function{ID: uint64(len(p.Function) + 1), Name: f.fn, SystemName: f.fn, Filename: f.file}
-					functions[[2]string{f.fn, f.file}] = fn
+					fn = &profile.Function{ID: uint64(len(p.Function) + 1), Name: f.Fn, SystemName: f.Fn, Filename: f.File}
+					functions[[2]string{f.Fn, f.File}] = fn
 					p.Function = append(p.Function, fn)
 				}
-				loc = &profile.Location{ID: uint64(len(p.Location) + 1), Line: []profile.Line{{Function: fn, Line: int64(f.line)}}}
+				loc = &profile.Location{ID: uint64(len(p.Location) + 1), Line: []profile.Line{{Function: fn, Line: int64(f.Line)}}}
 				locations[f] = loc
 				p.Location = append(p.Location, loc)
 			}

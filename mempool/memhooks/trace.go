@@ -2,10 +2,14 @@ package memhooks
 
 import (
 	"io"
+	"runtime"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/mempool"
+	"github.com/clpool/clpool/mempool/internal/callsite"
 	"github.com/clpool/clpool/trace"
 )
 
@@ -13,56 +17,257 @@ import (
 // package trace (the format of testdata/cg.tsv with a fourth column, t),
 // numbering blocks 1, 2, ... in the order they are handed out, so that a
 // program's allocation pattern can be captured and replayed
-// (`clpool replay`). Each event's time is the time since the recorder was
-// made, from the monotonic clock, taken as the event is written, so that
-// times never go back down the file.
+// (`clpool replay`) or drawn (`clpool viz`). Each event's time is the time
+// since the recorder was made, from the monotonic clock, taken as the
+// event is written, so that times never go back down the file.
+//
+// It records the pool's segments too, as the trace's ops A and F: each
+// device allocation the pool made (alloc_after) and gave back
+// (segment_free), numbered 1, 2, ... apart from the blocks, so that the
+// trace has the pool's own managed bytes at every moment. Blocks and
+// segments the pool had before the recorder was added are left out, their
+// frees with them.
+//
+// With WithSites (or WithStacks), the trace has two more columns: the
+// queue of each block, numbered 1, 2, ... by the recorder in the order of
+// their first use (- for none), and the site of each event, where in the
+// program it was asked for (see package trace).
+//
+// The recorder writes whole lines only, and by itself every 250 ms
+// (WithFlushEvery) while it has lines to write, so that the trace of a
+// program that is killed ends at most that long before it, on a whole
+// line. A program stopped with Ctrl-C can write the rest: catch the
+// signal with signal.NotifyContext, end the work when the context is
+// done, and Flush or Close the recorder, as in
+//
+//	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+//	defer stop()
+//	f, err := os.Create("run.tsv")
+//	...
+//	rec := memhooks.NewTraceRecorder(f, memhooks.WithSites())
+//	remove := pool.AddHook(rec)
+//	defer func() {
+//		remove()
+//		if err := rec.Close(); err != nil { // Flush, and stop recording
+//			log.Print(err)
+//		}
+//		f.Close()
+//	}()
+//	for step := 0; step < steps && ctx.Err() == nil; step++ {
+//		... // Ctrl-C ends the loop; the deferred Close writes the rest
+//	}
 type TraceRecorder struct {
 	start time.Time // it holds a monotonic reading
+	depth int       // the frames of a site; 0: no sites
+	every time.Duration
 
 	// mu protects the fields below. Each event's time is taken under it,
 	// so that the times never go back down the file.
-	mu   sync.Mutex
-	w    *trace.Writer
-	ids  map[uint64]int64 // live block ID -> trace id
-	next int64            // the last trace id given
-	err  error            // the first write error
+	mu      sync.Mutex
+	w       *trace.Writer
+	ids     map[uint64]int64         // live block ID -> trace id
+	next    int64                    // the last trace id given
+	segs    map[any]int64            // a live segment's *cl.Buffer or *cl.SVM -> its trace id
+	nextSeg int64                    // the last segment id given
+	queues  map[*cl.CommandQueue]int // queue -> its number
+	timer   *time.Timer              // the flush to come; nil before the first
+	pending bool                     // lines wait for the timer
+	closed  bool                     // Close was called
+	err     error                    // the first write error
 }
 
-// NewTraceRecorder returns a hook writing to w. Call Flush when done.
-func NewTraceRecorder(w io.Writer) *TraceRecorder {
-	return &TraceRecorder{w: trace.NewTimedWriter(w), start: time.Now(), ids: map[uint64]int64{}}
+// TraceOption is an option of NewTraceRecorder.
+type TraceOption func(*traceConfig)
+
+type traceConfig struct {
+	depth int
+	every time.Duration
 }
 
-// Handle records successful Allocates and the frees of their blocks;
-// frees of blocks handed out before the recorder was added are left out.
+// WithSites adds the queue and site columns to the trace, the site being
+// the innermost frame outside clpool, in the file:line:function form of
+// LineProfile and of the pool's snapshots. Taking the caller's stack at
+// each event costs about a microsecond.
+func WithSites() TraceOption { return WithStacks(1) }
+
+// WithStacks is WithSites with up to depth frames in each site, innermost
+// first, joined by " < ": "cg.go:63:main.solve < main.go:40:main.main".
+// A depth less than 1 is 1.
+func WithStacks(depth int) TraceOption {
+	return func(c *traceConfig) { c.depth = max(depth, 1) }
+}
+
+// WithFlushEvery sets how long a line may wait in the recorder before it
+// is written, 250 ms unless set; 0 or less: until Flush or Close only.
+func WithFlushEvery(d time.Duration) TraceOption {
+	return func(c *traceConfig) { c.every = max(d, 0) }
+}
+
+// NewTraceRecorder returns a hook writing to w, with w's own Write calls
+// made under the recorder's lock, one at a time: w need not be safe for
+// concurrent use. Register it with pool.AddHook, and Close it (or Flush it)
+// when done.
+func NewTraceRecorder(w io.Writer, opts ...TraceOption) *TraceRecorder {
+	c := traceConfig{every: 250 * time.Millisecond}
+	for _, o := range opts {
+		o(&c)
+	}
+	r := &TraceRecorder{start: time.Now(), depth: c.depth, every: c.every,
+		ids: map[uint64]int64{}, segs: map[any]int64{}, queues: map[*cl.CommandQueue]int{}}
+	if c.depth > 0 {
+		r.w = trace.NewSitedWriter(w)
+	} else {
+		r.w = trace.NewTimedWriter(w)
+	}
+	return r
+}
+
+// Handle records successful Allocates and the frees of their blocks, and
+// the segments the pool allocates and frees.
 func (r *TraceRecorder) Handle(e mempool.Event) {
+	switch e.Kind {
+	case mempool.MallocAfter, mempool.AllocAfter:
+		if e.Err != nil {
+			return
+		}
+	case mempool.FreeBefore, mempool.SegmentFree:
+	default:
+		return
+	}
+	site := ""
+	if r.depth > 0 {
+		site = r.site() // outside the lock: it is the slow part
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var err error
-	switch {
-	case e.Kind == mempool.MallocAfter && e.Err == nil:
+	if r.closed {
+		return
+	}
+	ev := trace.Event{Site: site}
+	switch e.Kind {
+	case mempool.MallocAfter:
 		r.next++
 		r.ids[e.BlockID] = r.next
-		err = r.w.Write(trace.Event{Op: trace.Alloc, ID: r.next, Size: e.Size, Time: time.Since(r.start)})
-	case e.Kind == mempool.FreeBefore:
+		ev.Op, ev.ID, ev.Size, ev.Queue = trace.Alloc, r.next, e.Size, r.queue(e.Queue)
+	case mempool.FreeBefore:
 		id, ok := r.ids[e.BlockID]
 		if !ok {
 			return // handed out before the recorder was added
 		}
 		delete(r.ids, e.BlockID)
-		err = r.w.Write(trace.Event{Op: trace.Free, ID: id, Time: time.Since(r.start)})
+		ev.Op, ev.ID, ev.Queue = trace.Free, id, r.queue(e.Queue)
+	case mempool.AllocAfter:
+		key := segmentKey(e)
+		if key == nil {
+			return // an allocator that hands out nothing to know it by
+		}
+		r.nextSeg++
+		r.segs[key] = r.nextSeg
+		ev.Op, ev.ID, ev.Size, ev.Queue = trace.SegmentAlloc, r.nextSeg, e.AllocSize, r.queue(e.Queue)
+	case mempool.SegmentFree:
+		key := segmentKey(e)
+		id, ok := r.segs[key]
+		if key == nil || !ok {
+			return // allocated before the recorder was added
+		}
+		delete(r.segs, key)
+		ev.Op, ev.ID, ev.Size = trace.SegmentFree, id, e.AllocSize
 	}
+	ev.Time = time.Since(r.start)
+	r.note(r.w.Write(ev))
+	if !r.pending && r.every > 0 {
+		r.pending = true
+		if r.timer == nil {
+			r.timer = time.AfterFunc(r.every, r.tick)
+		} else {
+			r.timer.Reset(r.every)
+		}
+	}
+}
+
+// segmentKey returns what a segment's alloc_after and segment_free
+// events name it by: its buffer, or its SVM allocation; nil if neither.
+func segmentKey(e mempool.Event) any {
+	switch {
+	case e.Buffer != nil:
+		return e.Buffer
+	case e.SVM != nil:
+		return e.SVM
+	}
+	return nil
+}
+
+// queue returns q's number, numbering it if it is new; 0 for nil. r.mu
+// must be held.
+func (r *TraceRecorder) queue(q *cl.CommandQueue) int {
+	if q == nil {
+		return 0
+	}
+	n, ok := r.queues[q]
+	if !ok {
+		n = len(r.queues) + 1
+		r.queues[q] = n
+	}
+	return n
+}
+
+// site returns the caller's site: up to r.depth frames outside clpool,
+// joined by " < "; "" if there is none (the collector's reclaim).
+func (r *TraceRecorder) site() string {
+	pcs := make([]uintptr, 64)
+	pcs = pcs[:runtime.Callers(3, pcs)] // from Handle's caller
+	if r.depth == 1 {
+		return callsite.First(pcs)
+	}
+	frames := callsite.Frames(pcs)
+	parts := make([]string, 0, min(len(frames), r.depth))
+	for _, f := range frames[:min(len(frames), r.depth)] {
+		parts = append(parts, f.String())
+	}
+	return strings.Join(parts, " < ")
+}
+
+// tick is the timer's: it writes the lines waiting.
+func (r *TraceRecorder) tick() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pending = false
+	if !r.closed {
+		r.note(r.w.Flush())
+	}
+}
+
+// note keeps err if it is the first.
+func (r *TraceRecorder) note(err error) {
 	if err != nil && r.err == nil {
 		r.err = err
 	}
 }
 
-// Flush writes what is buffered and returns the first error met.
+// Flush writes what is buffered, whole lines, and returns the first error
+// met.
 func (r *TraceRecorder) Flush() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.w.Flush(); err != nil && r.err == nil {
-		r.err = err
+	if !r.closed {
+		r.note(r.w.Flush())
+	}
+	return r.err
+}
+
+// Close stops the recorder: it writes what is buffered, as Flush does,
+// and records no event after. It does not close the writer, nor remove
+// the hook from the pool. It returns the first error met; a second Close
+// returns it again.
+func (r *TraceRecorder) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.closed {
+		r.note(r.w.Flush())
+		r.closed = true
+		if r.timer != nil {
+			r.timer.Stop()
+		}
 	}
 	return r.err
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/mempool"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -85,10 +86,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Unlock()
 
 	for name, p := range pools {
-		device := ""
-		if d := p.Device(); d != nil {
-			device = d.String()
-		}
+		device := DeviceLabel(p.Device())
 		s := p.Stats()
 		for _, g := range groups {
 			sg := g.get(&s)
@@ -103,8 +101,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(infoDesc, prometheus.GaugeValue, 1,
 			device, name, s.Policy, strconv.Itoa(s.LeadingBits))
-		for i := range s.Queues {
-			queue := strconv.Itoa(i)
+		for i, queue := range queueLabels(s.Queues) {
 			for _, m := range queueMetrics {
 				kind := m.kind
 				if kind == 0 {
@@ -116,9 +113,68 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// The labels of every series: the device's name (cl.Device.String; empty
-// when the pool does not know its device) and the pool's name.
+// The labels of every series: the device's (DeviceLabel; empty when the
+// pool does not know its device) and the pool's name.
 var poolLabels = []string{"device", "pool"}
+
+// deviceLabels caches DeviceLabel's answers: it lists every device.
+var deviceLabels sync.Map // *cl.Device -> string
+
+// DeviceLabel returns the device label of the series of a pool on d: the
+// device's name and vendor, "name (vendor)", which stay the same however
+// the ICD loader is set up (cl.Device.String begins with the platform's
+// ordinal, which changes with the .icd files installed). A device
+// identical in name and vendor to one listed before it (cl.AllDevices'
+// order) is told apart by its place among them: "name (vendor) #2", #3,
+// and so on; the first has no number, so a second card does not rename
+// the first's series. It returns "" for a nil d.
+func DeviceLabel(d *cl.Device) string {
+	if d == nil {
+		return ""
+	}
+	if label, ok := deviceLabels.Load(d); ok {
+		return label.(string)
+	}
+	label := d.Name + " (" + d.Vendor + ")"
+	if all, err := cl.AllDevices(); err == nil {
+		nth := 0
+		for _, o := range all {
+			if o.Name != d.Name || o.Vendor != d.Vendor {
+				continue
+			}
+			nth++
+			if o.Platform.Index == d.Platform.Index && o.Index == d.Index {
+				if nth > 1 {
+					label += " #" + strconv.Itoa(nth)
+				}
+				break
+			}
+		}
+	}
+	deviceLabels.Store(d, label)
+	return label
+}
+
+// queueLabels returns the queue label of each of queues: its name (On's
+// QueueName) or else its index. A label another queue of the pool has
+// already gets "#" and the queue's index after it, so that no two series
+// of a pool collide.
+func queueLabels(queues []mempool.QueueStats) []string {
+	labels := make([]string, len(queues))
+	taken := make(map[string]bool, len(queues))
+	for i, q := range queues {
+		label := q.Name
+		if label == "" {
+			label = strconv.Itoa(i)
+		}
+		if taken[label] {
+			label += "#" + strconv.Itoa(i)
+		}
+		taken[label] = true
+		labels[i] = label
+	}
+	return labels
+}
 
 // statDescs are the four metrics of one torch statistic: its current
 // value and peak (gauges), and the totals added and taken away (counters).
@@ -224,7 +280,8 @@ var infoDesc = prometheus.NewDesc("clpool_pool_info",
 	append(append([]string(nil), poolLabels...), "policy", "leading_bits"), nil)
 
 // queueMetrics are the figures of each queue the pool has allocated for
-// (Stats.Queues), the queue label being its index there.
+// (Stats.Queues), the queue label being its name or its index there
+// (queueLabels).
 var queueMetrics = []struct {
 	desc  *prometheus.Desc
 	value func(*mempool.QueueStats) float64

@@ -14,9 +14,12 @@
 //
 // # Metrics
 //
-// Every series has the labels device (cl.Device.String of the pool's
-// device; empty when the pool does not know it) and pool (the name given to
-// NewCollector or Add). Each figure is read from one Pool.Stats call per
+// Every series has the labels device and pool. device is the pool's
+// device as DeviceLabel names it, "name (vendor)", the same whatever
+// platforms the ICD loader lists (cl.Device.String's "1:0 ..." is not),
+// with " #2", " #3" after devices identical to one listed before them;
+// it is empty when the pool does not know its device. pool is the name
+// given to NewCollector or Add. Each figure is read from one Pool.Stats call per
 // pool and scrape, so the figures of a scrape agree with each other.
 //
 // Each torch statistic X of torch.cuda.memory_stats kept by pool size
@@ -46,7 +49,13 @@
 // whose labels policy and leading_bits name the configuration.
 //
 // Each queue the pool has allocated for (Stats.Queues) has counters with a
-// label queue, its index in Stats.Queues: clpool_queue_requests_total,
+// label queue: the name given to the queue with mempool.QueueName,
+//
+//	copies := pool.On(copyQueue, mempool.QueueName("copy")) // queue="copy"
+//
+// or else its index in Stats.Queues, which depends on the order in which
+// the program first used its queues (a name that two queues share gets
+// "#" and the index after it): clpool_queue_requests_total,
 // clpool_queue_hits_total, clpool_queue_handovers_total,
 // clpool_queue_ready_total, clpool_queue_barriers_total,
 // clpool_queue_markers_total and clpool_queue_host_waits_total, and the gauge

@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
 	"github.com/clpool/clpool/internal/pooltest"
 	"github.com/clpool/clpool/mempool"
@@ -88,7 +91,7 @@ func TestCollectorServesThePoolsStatistics(t *testing.T) {
 	url := serve(t, reg)
 	got := scrape(t, url)
 
-	labels := fmt.Sprintf(`device=%q,pool="main"`, q.Device().String())
+	labels := fmt.Sprintf(`device=%q,pool="main"`, metrics.DeviceLabel(q.Device()))
 	series := func(name, more string) string { return name + "{" + labels + more + "}" }
 	for _, want := range []struct {
 		series string
@@ -118,7 +121,7 @@ func TestCollectorServesThePoolsStatistics(t *testing.T) {
 		{series("clpool_held_blocks", ""), 0},
 		{series("clpool_limit_bytes", ""), 64 << 20},
 		{series("clpool_max_split_size_bytes", ""), 0},
-		{fmt.Sprintf(`clpool_pool_info{device=%q,leading_bits="4",policy="bins",pool="main"}`, q.Device().String()), 1},
+		{fmt.Sprintf(`clpool_pool_info{device=%q,leading_bits="4",policy="bins",pool="main"}`, metrics.DeviceLabel(q.Device())), 1},
 		// Queue 0 is the allocator's, queue 1 the second.
 		{series("clpool_queue_requests_total", `,queue="0"`), 3},
 		{series("clpool_queue_hits_total", `,queue="0"`), 1},
@@ -159,12 +162,12 @@ func TestCollectorAddAndRemove(t *testing.T) {
 	reg.MustRegister(c)
 	url := serve(t, reg)
 	info := func(name, policy string) string {
-		return fmt.Sprintf(`clpool_pool_info{device=%q,leading_bits="4",policy=%q,pool=%q}`, q.Device().String(), policy, name)
+		return fmt.Sprintf(`clpool_pool_info{device=%q,leading_bits="4",policy=%q,pool=%q}`, metrics.DeviceLabel(q.Device()), policy, name)
 	}
 	got := scrape(t, url)
 	assert.Contains(t, got, info("first", "bins"))
 	assert.Contains(t, got, info("second", "arena"))
-	misses := fmt.Sprintf(`clpool_misses_total{device=%q,pool="first"}`, q.Device().String())
+	misses := fmt.Sprintf(`clpool_misses_total{device=%q,pool="first"}`, metrics.DeviceLabel(q.Device()))
 	assert.Equal(t, float64(1), got[misses])
 
 	assert.True(t, c.Remove("second"))
@@ -250,4 +253,78 @@ func TestPublishRefusesATakenName(t *testing.T) {
 	other := uniqueName(t)
 	assert.EqualError(t, metrics.Publish(other, nil), fmt.Sprintf("metrics: Publish(%q): nil pool", other))
 	assert.Nil(t, expvar.Get(other), "nothing published")
+}
+
+// Issue 24: the device label is the device's name and vendor, without
+// the platform's ordinal that cl.Device.String starts with: the same
+// series whatever .icd files the loader reads. (It was "1:0 pthread..."
+// with POCL and Oclgrind installed, "0:0 pthread..." with POCL alone.)
+func TestDeviceLabelIsTheSameWhateverTheICDSetup(t *testing.T) {
+	q := cltest.Queue(t)
+	label := metrics.DeviceLabel(q.Device())
+	assert.Equal(t, q.Device().Name+" ("+q.Device().Vendor+")", label)
+	assert.Empty(t, metrics.DeviceLabel(nil))
+
+	if os.Getenv(cltest.ChildEnv) == "device-label" {
+		t.Logf("LABEL=%s", label) // the parent compares it with its own
+		return
+	}
+	if !q.Device().Matches("pocl") {
+		t.Skipf("compares setups with and without Oclgrind where the device is POCL; it is %v", q.Device())
+	}
+	out, err := cltest.Reexec(t, "^TestDeviceLabelIsTheSameWhateverTheICDSetup$", cltest.ChildEnv+"=device-label",
+		"OCL_ICD_VENDORS="+cltest.POCLOnlyVendors(t), cl.DeviceEnv+"=pocl")
+	require.NoError(t, err, out)
+	m := regexp.MustCompile(`LABEL=(.*)`).FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	assert.Equal(t, label, strings.TrimSpace(m[1]), "the label with POCL alone is the label with POCL and Oclgrind")
+}
+
+// Two identical devices are told apart by their place among them, the
+// first without a number.
+func TestDeviceLabelTellsIdenticalDevicesApart(t *testing.T) {
+	cltest.RunOnTwoPOCLDevices(t, "TestDeviceLabelOfTwoIdenticalDevices")
+}
+
+func TestDeviceLabelOfTwoIdenticalDevices(t *testing.T) {
+	d1, d2 := cltest.TwoDevices(t)
+	require.Equal(t, d1.Name, d2.Name)
+	base := d1.Name + " (" + d1.Vendor + ")"
+	assert.Equal(t, base, metrics.DeviceLabel(d1))
+	assert.Equal(t, base+" #2", metrics.DeviceLabel(d2))
+}
+
+// Issue 24: a queue named with mempool.QueueName is labelled by its name;
+// an unnamed one by its index; a name two queues share is told apart.
+func TestQueueLabelIsTheQueuesName(t *testing.T) {
+	q := cltest.Queue(t)
+	p := pooltest.New(t, q)
+	copies, compute, third := cltest.SecondQueue(t, q, 0), cltest.SecondQueue(t, q, 0), cltest.SecondQueue(t, q, 0)
+	allocate(t, p.On(copies, mempool.QueueName("copy")).Allocate, 100)
+	allocate(t, p.On(compute).Allocate, 100)
+	allocate(t, p.On(compute, mempool.QueueName("compute")).Allocate, 100) // named at a later On
+	allocate(t, p.On(third, mempool.QueueName("copy")).Allocate, 100)      // a name taken
+
+	s := p.Stats()
+	require.Len(t, s.Queues, 4, "the allocator's queue, then the three")
+	assert.Equal(t, []string{"", "copy", "compute", "copy"},
+		[]string{s.Queues[0].Name, s.Queues[1].Name, s.Queues[2].Name, s.Queues[3].Name})
+
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics.NewCollector("main", p))
+	got := scrape(t, serve(t, reg))
+	series := func(queue string) string {
+		return fmt.Sprintf(`clpool_queue_requests_total{device=%q,pool="main",queue=%q}`, metrics.DeviceLabel(q.Device()), queue)
+	}
+	assert.Equal(t, float64(0), got[series("0")], "the allocator's queue, unnamed")
+	assert.Equal(t, float64(1), got[series("copy")])
+	assert.Equal(t, float64(2), got[series("compute")])
+	assert.Equal(t, float64(1), got[series("copy#3")])
+
+	// A name can be taken away again.
+	p.On(compute, mempool.QueueName(""))
+	assert.Empty(t, p.Stats().Queues[2].Name)
+	p.On(compute) // no option: the name stays as it is
+	p.On(copies)
+	assert.Equal(t, "copy", p.Stats().Queues[1].Name)
 }
