@@ -3,7 +3,6 @@ package mempool
 import (
 	"errors"
 	"fmt"
-	"runtime"
 
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
@@ -295,10 +294,15 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 			}
 			p.drainCaches()
 			p.lock()
+			// Segments being given back are memory the device will
+			// have: wait for the frees in flight now (each ends in
+			// freeSegments, which signals freed).
+			for seen := p.l.freeBatches; p.l.freeing > 0 && p.l.freeBatches == seen; {
+				p.freed.Wait()
+			}
 			c := p.pol.Counts()
 			changed := c.FreeBlocks > c.SplitBlocks[0]+c.SplitBlocks[1] || // a wholly free segment
 				p.l.s.DeviceFrees > freesAtRefusal || // memory went back to the device
-				p.l.freeing > 0 || // or is going back now
 				lad.cause == nil && p.room() >= lad.try().Size // the limit has room now
 			p.mu.Unlock()
 			if !changed {
@@ -306,7 +310,6 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 			}
 			lad.finals++
 			lad.final = true
-			runtime.Gosched() // let a free in flight finish
 			return p.retried()
 		}
 	}

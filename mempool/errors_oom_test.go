@@ -63,7 +63,7 @@ func TestOutOfMemoryMatchesTheAllocatorSentinel(t *testing.T) {
 		oom := both(t, err)
 		require.Error(t, oom.Err, "the allocator refused")
 		assert.ErrorIs(t, err, cl.ErrMemObjectAllocationFailure, "the Budget's refusal, as before")
-		assert.Positive(t, f.pool.Stats().OOMRetries, "the pool took the Budget's refusal for an out-of-memory")
+		assert.Positive(t, f.pool.Stats().OOMs, "the pool took the Budget's refusal for an out-of-memory")
 	})
 
 	t.Run("not for errors that are not about memory", func(t *testing.T) {

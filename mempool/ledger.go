@@ -9,10 +9,11 @@ type ledger struct {
 	split      [2]int   // the policy's inactive splits, small and large, as last synced
 	splitBytes [2]int64 // and their bytes
 
-	inflight int64              // bytes reserved for segments being allocated (see reserve)
-	freeing  int64              // bytes of segments out of the accounts, not yet given back
-	segs     map[*segment]int64 // every segment the pool owns, with its ID (for Snapshot)
-	lastSeg  int64              // the last ID given
+	inflight    int64              // bytes reserved for segments being allocated (see reserve)
+	freeing     int64              // bytes of segments out of the accounts, not yet given back
+	freeBatches int64              // calls of deviceFreed: each ends a batch of frees
+	segs        map[*segment]int64 // every segment the pool owns, with its ID (for Snapshot)
+	lastSeg     int64              // the last ID given
 
 	// The blocks in queue caches (qcache.go; all small), and those of
 	// them that are inactive splits: held blocks the policy does not see.
@@ -130,6 +131,7 @@ func (l *ledger) segmentRemoved(seg *segment) {
 // pool's hands.
 func (l *ledger) deviceFreed(freed, failed int, bytes int64) {
 	l.freeing -= bytes
+	l.freeBatches++
 	l.s.DeviceFrees += int64(freed)
 	l.s.FreeErrors += int64(failed)
 }

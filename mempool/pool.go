@@ -42,8 +42,9 @@ type Pool struct {
 	// without it.
 	_ [64]byte
 
-	mu   sync.Mutex // protects the core: take it with lock
-	core            // the state that changes, and the decisions on it
+	mu    sync.Mutex // protects the core: take it with lock
+	freed sync.Cond  // on mu: signalled when a batch of segments is given back (freeSegments)
+	core             // the state that changes, and the decisions on it
 }
 
 // lock takes p.mu. Every acquisition of p.mu goes through it, so that a
@@ -111,6 +112,7 @@ func newPool(call string, src source, opts []Option) (*Pool, error) {
 		p.sizeCap = min(p.maxAlloc, maxRequest)
 	}
 	p.core = newCore(c, arenaAlignment(ctx), p.maxAlloc, limit)
+	p.freed.L = &p.mu
 	if sanitize {
 		p.san = newSanitizer(p, c.san)
 	}

@@ -128,6 +128,7 @@ func (p *Pool) freeSegments(segs []*segment, stale []mem) error {
 	p.lock()
 	p.l.deviceFreed(freed, failed, bytes)
 	p.mu.Unlock()
+	p.freed.Broadcast()
 	return errors.Join(errs...)
 }
 
