@@ -62,7 +62,7 @@ replay: deps
 viz: deps
 	$(GO) build -o $(BUILD)/clpool ./cmd/clpool
 	$(BUILD)/clpool viz -o $(BUILD)/mlp.html testdata/mlp.tsv
-	chromium --headless --no-sandbox --disable-gpu --window-size=1400,1000 \
+	chromium --headless --no-sandbox --disable-gpu --window-size=1400,1600 \
 		--screenshot=$(abspath $(BUILD)/viz.png) file://$(abspath $(BUILD)/mlp.html) 2>/dev/null
 
 # screenshots regenerates the pictures README.md shows (docs/viz.png, a

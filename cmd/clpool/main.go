@@ -11,10 +11,11 @@
 //	clpool viz [-o mem.html] [-policy arena|bins] FILE
 //
 // draws a trace or a pool snapshot (the JSON of mempool.Pool.Snapshot) as
-// one self-contained HTML page: the active memory over time stacked by
-// size class, the managed bytes against the active bytes with their
-// peaks, and the map of the pool's segments and blocks at the peak. It
-// needs no device.
+// one self-contained HTML page: each allocation as its own band over time,
+// coloured by call site, with its site, queue and times on hover; the
+// bytes by call site and by queue; the managed bytes against the active
+// bytes with their peaks; zoom and pan; and the map of the pool's
+// segments and blocks at any event. It needs no device.
 //
 //	clpool plan [-align N] [-configs LIST] TRACE...
 //

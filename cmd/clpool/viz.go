@@ -1,9 +1,10 @@
 package main
 
 // This file is `clpool viz`: a trace or a pool snapshot drawn as one HTML
-// page, in the manner of torch's memory_viz. The Go side works out the
-// series and the segment map; the page's script (viz.html) draws them and
-// finds their peaks, which it writes into the page for tests to read.
+// page, in the manner of torch's memory_viz. The Go side lists the
+// allocations, the moments they happen at, the managed bytes and how the
+// pool's segments change at each moment; the page's script (viz.html)
+// stacks the allocations into bands, groups them and draws everything.
 
 import (
 	"bufio"
@@ -16,7 +17,6 @@ import (
 	"fmt"
 	"html/template"
 	"io"
-	"math/bits"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,25 +30,26 @@ import (
 const vizUsage = `usage: clpool viz [flags] FILE
 
 Draws FILE, an allocation trace (the format replay reads, with or without
-a time column) or a pool snapshot (the JSON of mempool.Pool.Snapshot), as
-one HTML page that opens offline, with
-  1. the active bytes over time, stacked by size class;
-  2. the managed bytes against the active bytes over time, peaks marked;
-  3. the pool's segments and blocks at the peak of active bytes (a trace)
-     or at the snapshot, colored by state; hover a block for its details.
-A trace is replayed through a pool with no device (-policy), which gives
-the managed bytes and the segments. A snapshot's plots 1 and 2 come from
+the time, queue and site columns) or a pool snapshot (the JSON of
+mempool.Pool.Snapshot), as one HTML page that opens offline, with
+  1. the active memory over time, each allocation a band from its
+     allocation to its free, stacked as torch's memory_viz stacks them and
+     colored by call site (by size class if the trace has no sites), with
+     the managed bytes over them; hover a band for its id, size, queue,
+     site, allocation and free, click it to pin it;
+  2. the active bytes over time grouped by call site and by queue, each
+     group's peak marked;
+  3. the pool's segments and blocks (active, cached, inactive split) at any
+     moment of a trace, chosen with a scrubber, or at the snapshot.
+Drag across a plot to zoom in, shift-drag or scroll sideways to pan,
+double-click to zoom out. A trace is replayed through a pool with no
+device (-policy), which gives the segments, and the managed bytes if the
+trace has no segment events (A and F). A snapshot's plots 1 and 2 come from
 its history, if it has one. The x axis is time if the events have times,
 else the event's number.
 
 flags:
 `
-
-// Limits on what the page draws, to keep it small and quick for any input.
-const (
-	maxPoints = 2000 // points of the timelines; more events are sampled at their peaks
-	maxLayers = 10   // size classes stacked; the smallest classes beyond are one layer
-)
 
 // bigInput is the size, in bytes read or events replayed, past which viz
 // shows its progress on a terminal.
@@ -60,44 +61,107 @@ var vizHTML string
 var vizTemplate = template.Must(template.New("viz").Parse(vizHTML))
 
 // page is everything the HTML page draws. Its script reads it as JSON.
+//
+// Time is counted in moments: moment 0 is before the first event, moment
+// k just after event k, for k from 1 to Events. Moment k lasts from X[k]
+// to X[k+1], and the last one to End.
 type page struct {
 	Title  string   `json:"title"`  // the input file's name
 	Source string   `json:"source"` // "trace" or "snapshot"
 	Policy string   `json:"policy"` // the pool's: "arena" or "bins"
-	Events int      `json:"events"` // events behind the timelines
+	Events int      `json:"events"` // events: allocations and frees of blocks and of segments
 	Timed  bool     `json:"timed"`  // X is in nanoseconds; otherwise it counts events
 	Notes  []string `json:"notes"`  // said above the plots
 
-	// The timelines: point i is the moment X[i], just after an event, with
-	// Layers[k].Bytes[i] active bytes of layer k and Managed[i] managed
-	// bytes. Point 0 is before the first event. When there are more
-	// events than points, each point is the event of most active bytes
-	// among those it stands for, so the peaks are all there.
-	X         []int64 `json:"x"`
-	StackedBy string  `json:"stacked_by"`
-	Layers    []layer `json:"layers"`
-	Managed   []int64 `json:"managed,omitempty"` // nil when unknown (a snapshot)
+	// X[k] is where moment k starts on the time axis, in nanoseconds; nil
+	// when the events have no times, and moment k starts at k. End is
+	// where the axis ends, a moment's length after the last event, so
+	// that the last state has a width.
+	X   []int64 `json:"x,omitempty"`
+	End int64   `json:"end"`
+
+	Allocs allocTable `json:"allocs"`
+	Sites  []string   `json:"sites"`  // the sites the allocations name; Sites[0] is "", none
+	Queues int        `json:"queues"` // the largest queue number an allocation has; 0 if none has one
+
+	// Managed is the managed bytes over time as pairs of a moment and the
+	// bytes from it on, in order; nil when only the map's moment is known
+	// (a snapshot). ManagedFrom says where it comes from: "trace" (the
+	// pool's own segments, recorded in the trace) or "replay".
+	Managed     []int64 `json:"managed,omitempty"`
+	ManagedFrom string  `json:"managed_from"`
+
+	PeakActive  peak `json:"peak_active"`
+	PeakManaged peak `json:"peak_managed"`
 
 	Map segmentMap `json:"map"`
+
+	// Steps is how the replayed pool's segments change at each moment of
+	// a trace, from none at moment 0; nil for a snapshot, whose segments
+	// are known at its moment only.
+	Steps *steps `json:"steps,omitempty"`
 }
 
-// layer is one band of the stacked timeline.
-type layer struct {
-	Name  string  `json:"name"`
-	Bytes []int64 `json:"bytes"`
+// allocTable is the allocations, one column a field, in the order of
+// their allocation: the allocation i is the block ID[i] of Size[i] bytes,
+// allocated at moment A[i] (0: before the first event, in a snapshot's
+// history) and freed at moment F[i] (0: never, within the events), at the
+// sites Sites[Site[i]] and Sites[FreeSite[i]], on queue Queue[i] (0: none
+// or not known).
+type allocTable struct {
+	ID       []int64 `json:"id"`
+	Size     []int64 `json:"size"`
+	A        []int   `json:"a"`
+	F        []int   `json:"f"`
+	Site     []int   `json:"site,omitempty"` // the three are left out when all are 0
+	FreeSite []int   `json:"free_site,omitempty"`
+	Queue    []int   `json:"queue,omitempty"`
 }
 
-// segmentMap is the pool's memory at one moment: plot 3, and a point
-// marked on the timelines.
+// peak is a peak of bytes, and when it was reached.
+type peak struct {
+	Bytes  int64  `json:"bytes"`
+	Moment int    `json:"moment"` // the first moment at it; -1 if not known
+	Note   string `json:"note,omitempty"`
+}
+
+// segmentMap is the pool's memory at one moment, the map's first.
 type segmentMap struct {
 	Caption      string `json:"caption"` // what moment it is
-	X            int64  `json:"x"`       // the moment on the timelines; -1 if it is not on them
+	Moment       int    `json:"moment"`  // the moment; -1 if it is after the events (a snapshot)
 	ManagedBytes int64  `json:"managed_bytes"`
 	ActiveBytes  int64  `json:"active_bytes"`
 	IDs          string `json:"ids"` // what the blocks' ids are
 	// Segments are the snapshot's, with each active block's ID replaced by
 	// the trace's id for it when the input is a trace.
 	Segments []mempool.SegmentSnapshot `json:"segments"`
+}
+
+// steps lists how the segments change: Count[k] changes at moment k, in
+// order, each five numbers of Ops: segment, offset, size, what, id. What
+// is one of the step constants: for a block, its new state at offset
+// (stepActive with the trace's id of its allocation, of the block's size)
+// or its removal; for a segment, its allocation (of size bytes, with id 1
+// if it is of the small pool) or its release.
+type steps struct {
+	Count []int   `json:"count"`
+	Ops   []int64 `json:"ops"`
+}
+
+// The changes a step names.
+const (
+	stepRemove       = 0
+	stepActive       = 1
+	stepHeld         = 2
+	stepInactive     = 3
+	stepSegmentNew   = 4
+	stepSegmentFreed = 5
+)
+
+var stepOfState = map[string]int64{
+	mempool.StateActive:        stepActive,
+	mempool.StateHeld:          stepHeld,
+	mempool.StateInactiveSplit: stepInactive,
 }
 
 // vizCmd runs `clpool viz`.
@@ -130,7 +194,7 @@ func vizCmd(args []string, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stderr, "%s: %d events, peak %s active, peak %s managed; wrote %s\n",
-		fs.Arg(0), pg.Events, formatBytes(pg.peakActive()), formatBytes(pg.peakManaged()), *out)
+		fs.Arg(0), pg.Events, formatBytes(pg.PeakActive.Bytes), formatBytes(pg.PeakManaged.Bytes), *out)
 	return nil
 }
 
@@ -150,7 +214,7 @@ func loadPage(path, policy string, prog *progress) (page, error) {
 	br := bufio.NewReader(r)
 	head, _ := br.Peek(512) // an error here is the reader's, and reading below sees it again
 	if bytes.HasPrefix(bytes.TrimLeft(head, " \t\r\n"), []byte("{")) {
-		var s mempool.Snapshot
+		var s snapshotFile
 		if err := json.NewDecoder(br).Decode(&s); err != nil {
 			return page{}, fmt.Errorf("%s: reading the snapshot: %w", path, err)
 		}
@@ -174,6 +238,14 @@ func loadPage(path, policy string, prog *progress) (page, error) {
 	}
 	pg.Title = filepath.Base(path)
 	return pg, nil
+}
+
+// snapshotFile is a snapshot's JSON. The pool's peaks are pointers, nil
+// in a snapshot written before they were part of it.
+type snapshotFile struct {
+	mempool.Snapshot
+	PeakManagedBytes *int64 `json:"peak_managed_bytes"`
+	PeakActiveBytes  *int64 `json:"peak_active_bytes"`
 }
 
 // writePage writes pg's HTML to the file path.
@@ -202,9 +274,75 @@ func (nothing) Free(*cl.Buffer) error              { return nil }
 
 var _ allocator.Allocator = nothing{}
 
+// pageBuilder gathers a page's allocations, sites and moments.
+type pageBuilder struct {
+	pg     page
+	siteOf map[string]int
+	index  map[int64]int // a live block's id -> its allocation
+}
+
+func newPageBuilder(events int, timed bool) *pageBuilder {
+	b := &pageBuilder{siteOf: map[string]int{"": 0}, index: map[int64]int{}}
+	b.pg.Events, b.pg.Timed, b.pg.Sites = events, timed, []string{""}
+	if timed {
+		b.pg.X = make([]int64, 1, events+1)
+	}
+	return b
+}
+
+func (b *pageBuilder) site(s string) int {
+	i, ok := b.siteOf[s]
+	if !ok {
+		i = len(b.pg.Sites)
+		b.siteOf[s] = i
+		b.pg.Sites = append(b.pg.Sites, s)
+	}
+	return i
+}
+
+// alloc adds an allocation of block id at moment k.
+func (b *pageBuilder) alloc(id, size int64, k int, site string, queue int) {
+	t := &b.pg.Allocs
+	b.index[id] = len(t.ID)
+	t.ID, t.Size, t.A, t.F = append(t.ID, id), append(t.Size, size), append(t.A, k), append(t.F, 0)
+	t.Site, t.FreeSite, t.Queue = append(t.Site, b.site(site)), append(t.FreeSite, 0), append(t.Queue, queue)
+	b.pg.Queues = max(b.pg.Queues, queue)
+}
+
+// free notes the free of block id at moment k, and reports whether the
+// block was live.
+func (b *pageBuilder) free(id int64, k int, site string) bool {
+	i, ok := b.index[id]
+	if !ok {
+		return false
+	}
+	delete(b.index, id)
+	b.pg.Allocs.F[i], b.pg.Allocs.FreeSite[i] = k, b.site(site)
+	return true
+}
+
+// finish sets the axis's end, a moment's length past the last: one event,
+// or the events' mean spacing.
+func (b *pageBuilder) finish() page {
+	pg := b.pg
+	if t := &pg.Allocs; !slices.ContainsFunc(t.Site, nonzero) && !slices.ContainsFunc(t.FreeSite, nonzero) && !slices.ContainsFunc(t.Queue, nonzero) {
+		t.Site, t.FreeSite, t.Queue = nil, nil, nil
+	}
+	if !pg.Timed {
+		pg.End = int64(pg.Events + 1)
+		return pg
+	}
+	first, last := pg.X[min(1, len(pg.X)-1)], pg.X[len(pg.X)-1]
+	pg.End = last + max(1, (last-first)/int64(max(1, pg.Events-1)))
+	return pg
+}
+
+func nonzero(v int) bool { return v != 0 }
+
 // tracePage replays events through a pool of the policy over nothing,
-// noting the managed bytes after each event and taking the pool's snapshot
-// just after the first event that reaches the trace's peak of live bytes.
+// noting how its segments change at each event and taking its snapshot
+// just after the first event that reaches the trace's peak of live
+// bytes.
 func tracePage(events []trace.Event, policy string, prog *progress) (page, error) {
 	opts := []mempool.Option{
 		mempool.WithDropSafety(false), // no finalizers: viz drops no buffer while the pool is in use
@@ -217,33 +355,82 @@ func tracePage(events []trace.Event, policy string, prog *progress) (page, error
 	if err != nil {
 		return page{}, err
 	}
-	peak := trace.Summarize(events).PeakLiveBytes
-	tl := newTimeline(len(events), trace.Timed(events))
+	b := newPageBuilder(len(events), trace.Timed(events))
+	st := &steps{Count: make([]int, 1, len(events)+1)}
+	var d differ
 	live := map[int64]*mempool.PooledBuffer{}
-	var at mempool.Snapshot
-	var atEvent int // the event after which at was taken, from 1; 0 until then
-	var atX int64   // its moment on the timelines
+	traceID := map[uint64]int64{} // a live PooledBuffer's ID -> the trace's id for it
+
+	var (
+		liveBytes, peakLive  int64
+		peakAt               = -1
+		at                   mempool.Snapshot
+		segments             bool // the trace has segment events
+		segLive              = map[int64]int64{}
+		segBytes, replayed   int64 // managed bytes: the trace's segments', the replayed pool's
+		trManaged, rpManaged []int64
+		peakSeg, peakReplay  peak
+	)
+	peakSeg.Moment, peakReplay.Moment = -1, -1
 	for i, ev := range events {
+		k := i + 1
+		if b.pg.Timed {
+			b.pg.X = append(b.pg.X, int64(ev.Time))
+		}
+		changed := true
 		switch ev.Op {
 		case trace.Alloc:
-			b, err := pool.Allocate(ev.Size)
+			pb, err := pool.Allocate(ev.Size)
 			if err != nil {
-				return page{}, fmt.Errorf("replaying event %d, allocating block %d (%d bytes): %w", i+1, ev.ID, ev.Size, err)
+				return page{}, fmt.Errorf("replaying event %d, allocating block %d (%d bytes): %w", k, ev.ID, ev.Size, err)
 			}
-			live[ev.ID] = b
+			live[ev.ID], traceID[pb.ID()] = pb, ev.ID
+			b.alloc(ev.ID, ev.Size, k, ev.Site, ev.Queue)
+			liveBytes += ev.Size
 		case trace.Free:
-			if err := live[ev.ID].Close(); err != nil {
-				return page{}, fmt.Errorf("replaying event %d, freeing block %d: %w", i+1, ev.ID, err)
+			pb := live[ev.ID]
+			delete(traceID, pb.ID())
+			if err := pb.Close(); err != nil {
+				return page{}, fmt.Errorf("replaying event %d, freeing block %d: %w", k, ev.ID, err)
 			}
 			delete(live, ev.ID)
+			liveBytes -= b.pg.Allocs.Size[b.index[ev.ID]]
+			b.free(ev.ID, k, ev.Site)
+		case trace.SegmentAlloc, trace.SegmentFree:
+			segments, changed = true, false
+			if ev.Op == trace.SegmentAlloc {
+				segLive[ev.ID] = ev.Size
+				segBytes += ev.Size
+			} else {
+				segBytes -= segLive[ev.ID]
+				delete(segLive, ev.ID)
+			}
+			trManaged = append(trManaged, int64(k), segBytes)
+			if segBytes > peakSeg.Bytes {
+				peakSeg = peak{Bytes: segBytes, Moment: k}
+			}
+		default:
+			changed = false
 		}
-		x := tl.add(ev, pool.ManagedBytes())
-		if atEvent == 0 && tl.live == peak {
-			at, atX, atEvent = pool.Snapshot(), x, i+1
-			useTraceIDs(at.Segments, live)
+		if !changed {
+			st.Count = append(st.Count, 0)
+			continue
+		}
+		snap := pool.Snapshot()
+		n := d.diff(snap.Segments, traceID, &st.Ops)
+		st.Count = append(st.Count, n)
+		if snap.ManagedBytes != replayed {
+			replayed = snap.ManagedBytes
+			rpManaged = append(rpManaged, int64(k), replayed)
+			if replayed > peakReplay.Bytes {
+				peakReplay = peak{Bytes: replayed, Moment: k}
+			}
+		}
+		if liveBytes > peakLive || peakAt < 0 {
+			peakLive, peakAt, at = liveBytes, k, snap
 		}
 		if len(events) >= bigInput {
-			prog.count("replaying", int64(i+1), int64(len(events)))
+			prog.count("replaying", int64(k), int64(len(events)))
 		}
 	}
 	// The blocks the trace leaves live hold no memory: they go with the
@@ -252,47 +439,133 @@ func tracePage(events []trace.Event, policy string, prog *progress) (page, error
 		return page{}, err
 	}
 
-	pg := tl.page()
-	pg.Source, pg.Policy = "trace", policy
+	pg := b.finish()
+	pg.Source, pg.Policy, pg.Steps = "trace", policy, st
+	if peakAt < 0 { // a trace of segment events only
+		peakAt = 0
+	}
+	pg.PeakActive = peak{Bytes: peakLive, Moment: peakAt}
+	if segments {
+		pg.Managed, pg.ManagedFrom, pg.PeakManaged = trManaged, "trace", peakSeg
+		pg.Notes = append(pg.Notes, fmt.Sprintf("The managed bytes are the pool's own, from the trace's segment events. The segment map is that of a pool (policy %s) the trace's blocks were replayed through, with no device.", policy))
+	} else {
+		pg.Managed, pg.ManagedFrom, pg.PeakManaged = rpManaged, "replay", peakReplay
+		pg.Notes = append(pg.Notes, fmt.Sprintf("The managed bytes and the segments are those of a pool (policy %s) that the trace was replayed through, with no device: the trace has no segment events.", policy))
+	}
+	if pg.Managed == nil {
+		pg.Managed = []int64{}
+	}
 	pg.Map = segmentMap{
-		Caption:      fmt.Sprintf("at the peak of active bytes, just after %s", tl.moment(atEvent, atX)),
-		X:            atX,
+		Caption:      "at the peak of active bytes, just after " + pg.moment(peakAt),
+		Moment:       peakAt,
 		ManagedBytes: at.ManagedBytes,
 		ActiveBytes:  at.ActiveBytes,
 		IDs:          "the trace's block ids",
 		Segments:     at.Segments,
 	}
-	pg.Notes = append(pg.Notes, fmt.Sprintf("The managed bytes and the segments are those of a pool (policy %s) that the trace was replayed through, with no device.", policy))
+	if pg.Map.Segments == nil {
+		pg.Map.Segments = []mempool.SegmentSnapshot{}
+	}
+	if !trace.Sited(events) {
+		pg.Notes = append(pg.Notes, "The trace has no queue and site columns: the bands are colored by size class. Record it with memhooks.NewTraceRecorder(w, memhooks.WithSites()) to see where each block was allocated.")
+	}
 	return pg, nil
 }
 
-// useTraceIDs replaces the ID of each active block in segs, the
-// PooledBuffer's, with the trace's id for it, which is what the trace's
-// reader knows it by.
-func useTraceIDs(segs []mempool.SegmentSnapshot, live map[int64]*mempool.PooledBuffer) {
-	traceID := make(map[uint64]int64, len(live))
-	for id, b := range live {
-		traceID[b.ID()] = id
+// moment names moment k for people.
+func (pg page) moment(k int) string {
+	if k == 0 {
+		return "the start"
 	}
+	if pg.Timed {
+		return fmt.Sprintf("event %d, at %s", k, formatNs(pg.X[k]))
+	}
+	return fmt.Sprintf("event %d", k)
+}
+
+// differ finds how a pool's segments changed since the last snapshot it
+// saw.
+type differ struct {
+	prev map[int64][]mempool.BlockSnapshot // segment id -> its blocks, with the trace's ids
+	seen map[int64]bool
+}
+
+// diff appends to ops the steps from the last segments to segs and
+// returns how many it appended. traceID maps the active blocks' IDs to
+// the trace's: diff sets them in segs, which it keeps.
+func (d *differ) diff(segs []mempool.SegmentSnapshot, traceID map[uint64]int64, ops *[]int64) int {
+	if d.prev == nil {
+		d.prev, d.seen = map[int64][]mempool.BlockSnapshot{}, map[int64]bool{}
+	}
+	n := 0
+	add := func(seg, off, size, what, id int64) {
+		*ops = append(*ops, seg, off, size, what, id)
+		n++
+	}
+	clear(d.seen)
 	for _, seg := range segs {
+		d.seen[seg.ID] = true
 		for j := range seg.Blocks {
-			if b := &seg.Blocks[j]; b.State == mempool.StateActive {
-				b.ID = uint64(traceID[b.ID])
+			if bl := &seg.Blocks[j]; bl.State == mempool.StateActive {
+				bl.ID = uint64(traceID[bl.ID])
 			}
 		}
+		old, ok := d.prev[seg.ID]
+		if !ok {
+			small := int64(0)
+			if seg.Small {
+				small = 1
+			}
+			add(seg.ID, 0, seg.Size, stepSegmentNew, small)
+		}
+		i := 0 // old[i] is the first old block not before the new one
+		for _, bl := range seg.Blocks {
+			for i < len(old) && old[i].Offset < bl.Offset {
+				add(seg.ID, old[i].Offset, 0, stepRemove, 0)
+				i++
+			}
+			if i < len(old) && old[i].Offset == bl.Offset {
+				o := old[i]
+				i++
+				if o.Size == bl.Size && o.State == bl.State && o.ID == bl.ID {
+					continue
+				}
+			}
+			id := int64(0)
+			if bl.State == mempool.StateActive {
+				id = int64(bl.ID)
+			}
+			add(seg.ID, bl.Offset, bl.Size, stepOfState[bl.State], id)
+		}
+		for ; i < len(old); i++ {
+			add(seg.ID, old[i].Offset, 0, stepRemove, 0)
+		}
+		d.prev[seg.ID] = seg.Blocks
 	}
+	var gone []int64
+	for id := range d.prev {
+		if !d.seen[id] {
+			gone = append(gone, id)
+		}
+	}
+	slices.Sort(gone)
+	for _, id := range gone {
+		add(id, 0, 0, stepSegmentFreed, 0)
+		delete(d.prev, id)
+	}
+	return n
 }
 
 // snapshotPage works out the page of a snapshot: its history, if any, for
 // the timelines, and its segments for the map.
-func snapshotPage(s mempool.Snapshot) (page, error) {
+func snapshotPage(s snapshotFile) (page, error) {
 	if s.Policy == "" || s.Segments == nil {
 		return page{}, errors.New("a JSON object, but not a pool snapshot: it has no policy or no segments")
 	}
 	for _, seg := range s.Segments {
 		var end int64
 		for _, b := range seg.Blocks {
-			if b.State != mempool.StateActive && b.State != mempool.StateHeld && b.State != mempool.StateInactiveSplit {
+			if _, ok := stepOfState[b.State]; !ok {
 				return page{}, fmt.Errorf("segment %d: block at offset %d: unknown state %q", seg.ID, b.Offset, b.State)
 			}
 			if b.Offset != end || b.Size <= 0 {
@@ -305,28 +578,96 @@ func snapshotPage(s mempool.Snapshot) (page, error) {
 		}
 	}
 
-	// The history's first events can be frees of blocks allocated before
-	// it began: their sizes are unknown, so they are left out.
-	known := map[int64]bool{}
+	// The history's events, less the frees of blocks allocated before it
+	// began: their sizes are unknown. Its segment events, if any, are
+	// moments too.
 	var events []trace.Event
+	known := map[int64]bool{}
+	left := 0
 	for _, ev := range s.History {
-		if ev.Op == trace.Alloc {
+		switch ev.Op {
+		case trace.Alloc:
 			known[ev.ID] = true
-		} else if !known[ev.ID] {
-			continue
+		case trace.Free:
+			if !known[ev.ID] {
+				left++
+				continue
+			}
+			delete(known, ev.ID)
 		}
 		events = append(events, ev)
 	}
-	tl := newTimeline(len(events), trace.Timed(events))
-	for _, ev := range events {
-		tl.add(ev, 0)
+	timed := trace.Timed(events)
+	b := newPageBuilder(len(events), timed)
+	if timed {
+		// The axis starts a little before the history does, not at 0: the
+		// history is the last of a longer run.
+		first, last := int64(events[0].Time), int64(events[len(events)-1].Time)
+		b.pg.X[0] = max(0, first-max(1, min((last-first)/int64(max(1, len(events)-1)), (last-first)/100)))
 	}
-	pg := tl.page()
-	pg.Source, pg.Policy = "snapshot", s.Policy
-	pg.Managed = nil // a snapshot has its own managed bytes only
+
+	// The blocks active at the snapshot that the history did not see
+	// allocated were allocated before it began: they are bands from its
+	// start, at the bottom of the stack. The history numbers blocks its
+	// own way, so they are told apart by size: each block the history
+	// leaves live is one of the snapshot's active blocks of its size.
+	liveSizes := map[int64]int{} // size -> blocks of it the history leaves live
+	{
+		sizeOf := map[int64]int64{}
+		for _, ev := range events {
+			switch ev.Op {
+			case trace.Alloc:
+				sizeOf[ev.ID] = ev.Size
+			case trace.Free:
+				delete(sizeOf, ev.ID)
+			}
+		}
+		for _, size := range sizeOf {
+			liveSizes[size]++
+		}
+	}
+	var before []mempool.BlockSnapshot
+	for _, seg := range s.Segments {
+		for _, bl := range seg.Blocks {
+			if bl.State != mempool.StateActive {
+				continue
+			}
+			if liveSizes[bl.Requested] > 0 {
+				liveSizes[bl.Requested]--
+				continue
+			}
+			before = append(before, bl)
+		}
+	}
+	slices.SortFunc(before, func(x, y mempool.BlockSnapshot) int { return cmp.Compare(x.ID, y.ID) })
+	live := int64(0)
+	for _, bl := range before {
+		b.alloc(int64(bl.ID), bl.Requested, 0, bl.Site, bl.Queue)
+		live += bl.Requested
+	}
+	histPeak := peak{Bytes: live, Moment: 0}
+	for i, ev := range events {
+		k := i + 1
+		if timed {
+			b.pg.X = append(b.pg.X, int64(ev.Time))
+		}
+		switch ev.Op {
+		case trace.Alloc:
+			b.alloc(ev.ID, ev.Size, k, ev.Site, ev.Queue)
+			live += ev.Size
+		case trace.Free:
+			live -= b.pg.Allocs.Size[b.index[ev.ID]]
+			b.free(ev.ID, k, ev.Site)
+		}
+		if live > histPeak.Bytes {
+			histPeak = peak{Bytes: live, Moment: k}
+		}
+	}
+	pg := b.finish()
+	pg.Source, pg.Policy, pg.ManagedFrom = "snapshot", s.Policy, "snapshot"
 	pg.Map = segmentMap{
 		Caption:      "at the snapshot, " + s.Time.Format("2006-01-02 15:04:05 MST"),
-		X:            -1,
+		Moment:       -1,
 		ManagedBytes: s.ManagedBytes,
 		ActiveBytes:  s.ActiveBytes,
 		IDs:          "the PooledBuffers' IDs",
@@ -335,193 +676,41 @@ func snapshotPage(s mempool.Snapshot) (page, error) {
 	if s.Device != "" {
 		pg.Map.Caption += ", on " + s.Device
 	}
-	if len(events) == 0 {
-		pg.Notes = append(pg.Notes, "The snapshot has no history, so plots 1 and 2 show only its own moment. Register a memhooks.History on the pool before taking the snapshot to see what led up to it.")
+
+	// The peaks: the pool's own, when the snapshot has them, at the
+	// moment the history or the snapshot reaches them, if either does.
+	atSnapshot := pg.Events
+	pg.PeakActive = histPeak
+	if s.ActiveBytes > pg.PeakActive.Bytes {
+		pg.PeakActive = peak{Bytes: s.ActiveBytes, Moment: atSnapshot}
+	}
+	pg.PeakManaged = peak{Bytes: s.ManagedBytes, Moment: atSnapshot, Note: "at the snapshot"}
+	if s.PeakActiveBytes != nil && *s.PeakActiveBytes > pg.PeakActive.Bytes {
+		pg.PeakActive = peak{Bytes: *s.PeakActiveBytes, Moment: -1, Note: "the pool's peak, at a moment the snapshot does not record"}
+	}
+	if s.PeakManagedBytes != nil && *s.PeakManagedBytes > pg.PeakManaged.Bytes {
+		pg.PeakManaged = peak{Bytes: *s.PeakManagedBytes, Moment: -1, Note: "the pool's peak, at a moment the snapshot does not record"}
+	}
+	if s.PeakManagedBytes == nil {
+		pg.Notes = append(pg.Notes, "The snapshot does not have the pool's peaks (a snapshot from before clpool recorded them): the peaks are those of its history and its moment.")
+	}
+	if len(s.History) == 0 {
+		pg.PeakActive.Note = "at the snapshot"
+		pg.Notes = append(pg.Notes, "The snapshot has no history, so plots 1 and 2 show only the blocks active at its moment. Register a memhooks.History on the pool before taking the snapshot to see what led up to it.")
 		return pg, nil
 	}
-	pg.Map.X = tl.x
-	pg.Notes = append(pg.Notes,
-		fmt.Sprintf("Plots 1 and 2 are the snapshot's history, its last %d events: they count only the blocks allocated within it (%d frees of blocks allocated before it are left out). The managed bytes are known only at the snapshot, drawn at the history's end.", len(events), len(s.History)-len(events)))
+	pg.Map.Moment = pg.Events
+	pg.Notes = append(pg.Notes, fmt.Sprintf("Plots 1 and 2 are the snapshot's history, its last %d events, from %s: the blocks active at the snapshot that it did not see allocated (told apart by size) are drawn from its start, and the %d frees of other blocks allocated before it are left out. The managed bytes are known only at the snapshot, drawn at the history's end.",
+		len(s.History), pg.moment0(), left))
 	return pg, nil
 }
 
-// timeline builds the page's timelines one event at a time. For n events
-// it keeps at most maxPoints points: each stands for a run of events and
-// is the one of them with the most live bytes, with the most managed
-// bytes among them.
-type timeline struct {
-	timed bool
-	per   int // events a point stands for
-
-	// The running state: the event count, x, live bytes in all and per
-	// size class, and the size of each live block.
-	n       int
-	x       int64
-	live    int64
-	byClass [65]int64
-	sizes   map[int64]int64
-
-	// The point being filled: its events so far, and the best of them.
-	inPoint int
-	best    point
-
-	points []point
-}
-
-// point is one point of the timelines.
-type point struct {
-	x       int64
-	live    int64
-	managed int64
-	byClass [65]int64
-}
-
-func newTimeline(events int, timed bool) *timeline {
-	tl := &timeline{timed: timed, per: max(1, (events+maxPoints-1)/maxPoints), sizes: map[int64]int64{}}
-	tl.points = append(tl.points, point{}) // before the first event, at time or event 0
-	tl.best.live = -1
-	return tl
-}
-
-// add applies ev, after which the pool manages managed bytes, and returns
-// the moment just after it.
-func (tl *timeline) add(ev trace.Event, managed int64) int64 {
-	tl.n++
-	tl.x = int64(tl.n)
-	if tl.timed {
-		tl.x = int64(ev.Time)
+// moment0 names where the page's axis starts.
+func (pg page) moment0() string {
+	if pg.Timed {
+		return formatNs(pg.X[0])
 	}
-	switch ev.Op {
-	case trace.Alloc:
-		tl.sizes[ev.ID] = ev.Size
-		tl.live += ev.Size
-		tl.byClass[sizeClass(ev.Size)] += ev.Size
-	case trace.Free:
-		size := tl.sizes[ev.ID]
-		delete(tl.sizes, ev.ID)
-		tl.live -= size
-		tl.byClass[sizeClass(size)] -= size
-	}
-	if tl.live > tl.best.live {
-		tl.best = point{x: tl.x, live: tl.live, managed: tl.best.managed, byClass: tl.byClass}
-	}
-	tl.best.managed = max(tl.best.managed, managed)
-	tl.inPoint++
-	if tl.inPoint == tl.per {
-		tl.flush()
-	}
-	return tl.x
-}
-
-// flush ends the point being filled.
-func (tl *timeline) flush() {
-	if tl.inPoint > 0 {
-		tl.points = append(tl.points, tl.best)
-	}
-	tl.inPoint = 0
-	tl.best = point{live: -1}
-}
-
-// moment names the moment just after event n (counting from 1), at x on
-// the timeline, for people.
-func (tl *timeline) moment(n int, x int64) string {
-	if tl.timed {
-		return fmt.Sprintf("event %d, at %s", n, formatNs(x))
-	}
-	return fmt.Sprintf("event %d", n)
-}
-
-// page returns the page's timelines. The size classes beyond maxLayers-1
-// that hold the fewest bytes at their peaks become one layer.
-func (tl *timeline) page() page {
-	tl.flush()
-	pg := page{Events: tl.n, Timed: tl.timed, StackedBy: "size class", Layers: []layer{}}
-	var classes []int // the classes that ever held bytes
-	peakOf := func(c int) int64 {
-		var m int64
-		for _, p := range tl.points {
-			m = max(m, p.byClass[c])
-		}
-		return m
-	}
-	for c := range 65 {
-		if peakOf(c) > 0 {
-			classes = append(classes, c)
-		}
-	}
-	// The largest sizes first, at the bottom of the stack.
-	slices.Reverse(classes)
-	var rest []int
-	if len(classes) > maxLayers {
-		byPeak := slices.Clone(classes)
-		slices.SortStableFunc(byPeak, func(a, b int) int { return cmp.Compare(peakOf(b), peakOf(a)) })
-		drop := byPeak[maxLayers-1:]
-		classes = slices.DeleteFunc(classes, func(c int) bool { return slices.Contains(drop, c) })
-		rest = drop
-	}
-	for _, c := range classes {
-		l := layer{Name: sizeClassName(c)}
-		for _, p := range tl.points {
-			l.Bytes = append(l.Bytes, p.byClass[c])
-		}
-		pg.Layers = append(pg.Layers, l)
-	}
-	if len(rest) > 0 {
-		l := layer{Name: fmt.Sprintf("%d other size classes", len(rest))}
-		for _, p := range tl.points {
-			var sum int64
-			for _, c := range rest {
-				sum += p.byClass[c]
-			}
-			l.Bytes = append(l.Bytes, sum)
-		}
-		pg.Layers = append(pg.Layers, l)
-	}
-	for _, p := range tl.points {
-		pg.X = append(pg.X, p.x)
-		pg.Managed = append(pg.Managed, p.managed)
-	}
-	if tl.per > 1 {
-		pg.Notes = append(pg.Notes, fmt.Sprintf("The timelines have a point for every %d events: the one of them with the most active bytes (and the most managed bytes among them), so the peaks are exact.", tl.per))
-	}
-	return pg
-}
-
-// peakActive returns the most active bytes the page shows: on the
-// timeline or at the map's moment.
-func (pg page) peakActive() int64 {
-	peak := pg.Map.ActiveBytes
-	for i := range pg.X {
-		var sum int64
-		for _, l := range pg.Layers {
-			sum += l.Bytes[i]
-		}
-		peak = max(peak, sum)
-	}
-	return peak
-}
-
-// peakManaged returns the most managed bytes the page shows: on the
-// timeline or at the map's moment.
-func (pg page) peakManaged() int64 {
-	return max(pg.Map.ManagedBytes, slices.Max(append([]int64{0}, pg.Managed...)))
-}
-
-// sizeClass returns the power-of-two class of size: class c holds the
-// sizes over 2^(c-1) up to 2^c; class 0 holds 0 and 1.
-func sizeClass(size int64) int {
-	if size <= 1 {
-		return 0
-	}
-	return bits.Len64(uint64(size - 1))
-}
-
-// sizeClassName names class c, as "(256 KiB, 512 KiB]".
-func sizeClassName(c int) string {
-	if c == 0 {
-		return "≤ 1 B"
-	}
-	return fmt.Sprintf("(%s, %s]", formatBytes(int64(1)<<(c-1)), formatBytes(int64(1)<<c))
+	return "its first event"
 }
 
 // formatBytes writes n bytes with a binary unit, as "1.5 MiB".

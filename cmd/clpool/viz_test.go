@@ -2,20 +2,15 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"image/png"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/clpool/clpool/mempool"
 	"github.com/clpool/clpool/trace"
@@ -26,8 +21,8 @@ import (
 // handMadeTrace is a small timed trace whose figures are worked out by
 // hand: its peak is 3000 + 700000 + 1500000 = 2203000 live bytes, just
 // after block 4 is allocated at 5 µs. In an arena, blocks 1 to 3 share a
-// small 2 MiB segment (block 1 at offset 0, block 2 at 4096, as in
-// mempool's ExamplePool_Snapshot) and block 4 gets a large one.
+// small segment (block 1 at offset 0, block 2 at 4096) and block 4 gets a
+// large one.
 const handMadeTrace = `op	id	size	t
 a	1	1000	1000
 a	2	3000	2000
@@ -42,6 +37,24 @@ f	5	0	10000
 `
 
 const handMadePeak = 3000 + 700000 + 1500000
+
+// sitedTrace is handMadeTrace as a recorder with sites writes it: with
+// queues, sites (one a stack, one with spaces) and the pool's own
+// segments, whose bytes peak at 4 MiB from 5 µs to 9.5 µs.
+const sitedTrace = "op\tid\tsize\tt\tqueue\tsite\n" +
+	"A\t1\t2097152\t900\t1\tmain.go:12:main.setup\n" +
+	"a\t1\t1000\t1000\t1\tmain.go:12:main.setup\n" +
+	"a\t2\t3000\t2000\t2\tsolver.go:40:main.solve < main.go:30:main.main\n" +
+	"f\t1\t0\t3000\t1\tmain.go:14:main.setup\n" +
+	"a\t3\t700000\t4000\t1\tmodel.go:7:main.load\n" +
+	"A\t2\t2097152\t4900\t2\tkernel.go:99:main.step (inlined)\n" +
+	"a\t4\t1500000\t5000\t2\tkernel.go:99:main.step (inlined)\n" +
+	"f\t3\t0\t6000\t1\tmodel.go:9:main.load\n" +
+	"f\t2\t0\t7000\t2\tsolver.go:44:main.solve < main.go:30:main.main\n" +
+	"a\t5\t100\t8000\t-\t-\n" +
+	"f\t4\t0\t9000\t2\tkernel.go:120:main.step (inlined)\n" +
+	"F\t2\t2097152\t9500\t-\t-\n" +
+	"f\t5\t0\t10000\t-\t-\n"
 
 // viz runs `clpool viz` on the file at input and returns the HTML file it
 // wrote, in a temporary directory.
@@ -78,10 +91,17 @@ func readEvents(t *testing.T, path string) []trace.Event {
 // bytes.
 func replayPeakManaged(t *testing.T, events []trace.Event, opts ...mempool.Option) int64 {
 	t.Helper()
-	pool, err := mempool.New(nothing{}, append([]mempool.Option{mempool.WithDropSafety(false)}, opts...)...)
+	pool, err := mempool.New(nothing{}, append([]mempool.Option{mempool.WithDropSafety(false), mempool.WithLimit(0)}, opts...)...)
 	require.NoError(t, err)
 	require.NoError(t, trace.Replay(events, pool.Allocate, (*mempool.PooledBuffer).Close))
 	return pool.Stats().PeakManagedBytes
+}
+
+func policyOptions(policy string) []mempool.Option {
+	if policy == "arena" {
+		return []mempool.Option{mempool.WithArena()}
+	}
+	return nil
 }
 
 // A link or a source that names a scheme or starts with // would be
@@ -96,9 +116,9 @@ func TestVizWritesOnePageThatFetchesNothing(t *testing.T) {
 	assert.NotContains(t, page, "<script src", "the script is inline")
 	urls := regexp.MustCompile(`(?i)https?://[^\s"'<>]*`).FindAllString(page, -1)
 	assert.Equal(t, []string{"http://www.w3.org/2000/svg"}, urls, "the only URL is the SVG namespace's name, in the script")
-	assert.Contains(t, page, `<svg id="timeline"`)
+	assert.Contains(t, page, `<div class="plot" id="timeline">`)
 	assert.Contains(t, page, `"events":6614`, "the data is in the page")
-	assert.Less(t, len(html), 300_000, "points are sampled: the page stays small")
+	assert.Less(t, len(html), 600_000, "cg's page, with every allocation and every step of the segments")
 
 	// The check itself finds what it should.
 	for _, bad := range []string{`<script src="https://cdn.example/d3.js">`, `<img src='http://x/y.png'>`, `<a href="//x/y">`,
@@ -107,72 +127,42 @@ func TestVizWritesOnePageThatFetchesNothing(t *testing.T) {
 	}
 }
 
-func TestVizSamplesLongTracesKeepingThePeaks(t *testing.T) {
-	// A random trace of 30000 events, over many size classes.
-	rng := rand.New(rand.NewPCG(1, 2))
-	var events []trace.Event
-	var live []int64
-	next := int64(1)
-	for len(events) < 30000 {
-		if len(live) == 0 || rng.IntN(2) == 0 {
-			events = append(events, trace.Event{Op: trace.Alloc, ID: next, Size: 1 << rng.IntN(24) * int64(1+rng.IntN(3))})
-			live = append(live, next)
-			next++
-			continue
-		}
-		i := rng.IntN(len(live))
-		events = append(events, trace.Event{Op: trace.Free, ID: live[i]})
-		live = append(live[:i], live[i+1:]...)
-	}
-	for _, policy := range []string{"arena", "bins"} {
-		t.Run(policy, func(t *testing.T) {
-			pg, err := tracePage(events, policy, newProgress(&bytes.Buffer{}))
-			require.NoError(t, err)
-			assert.LessOrEqual(t, len(pg.X), maxPoints+1)
-			assert.Greater(t, len(pg.X), maxPoints/2)
-			require.Len(t, pg.Managed, len(pg.X))
-			assert.Len(t, pg.Layers, maxLayers, "the classes past the 9 largest are one layer")
-			assert.Contains(t, pg.Layers[maxLayers-1].Name, "other size classes")
-			assert.Equal(t, trace.Summarize(events).PeakLiveBytes, pg.peakActive())
-			var opts []mempool.Option
-			if policy == "arena" {
-				opts = append(opts, mempool.WithArena())
-			}
-			assert.Equal(t, replayPeakManaged(t, events, opts...), pg.peakManaged())
-			assert.Equal(t, pg.peakActive(), pg.Map.ActiveBytes, "the map is at the peak")
-			assert.True(t, slices.IsSorted(pg.X), "x only grows")
-		})
-	}
-}
-
-func TestVizTraceMapIsAtThePeakWithTheTracesIDs(t *testing.T) {
+func TestVizTracePageByHand(t *testing.T) {
 	events := readEvents(t, writeTemp(t, "t.tsv", handMadeTrace))
 	pg, err := tracePage(events, "arena", newProgress(&bytes.Buffer{}))
 	require.NoError(t, err)
 	assert.True(t, pg.Timed)
-	assert.Equal(t, []int64{0, 1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000, 10000}, pg.X, "x is the events' times, in ns")
-	assert.Equal(t, int64(5000), pg.Map.X)
+	assert.Equal(t, 10, pg.Events)
+	assert.Equal(t, []int64{0, 1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000, 10000}, pg.X, "moment k starts at event k's time")
+	assert.Equal(t, int64(11000), pg.End, "the last state lasts as long as the events' mean spacing")
+	assert.Equal(t, allocTable{
+		ID:   []int64{1, 2, 3, 4, 5},
+		Size: []int64{1000, 3000, 700000, 1500000, 100},
+		A:    []int{1, 2, 4, 5, 8},
+		F:    []int{3, 7, 6, 9, 10},
+	}, pg.Allocs, "no sites nor queues: their columns are left out")
+	assert.Equal(t, []string{""}, pg.Sites)
+	assert.Zero(t, pg.Queues)
+	assert.Equal(t, peak{Bytes: handMadePeak, Moment: 5}, pg.PeakActive)
+	assert.Equal(t, "replay", pg.ManagedFrom)
+	assert.Equal(t, replayPeakManaged(t, events, mempool.WithArena()), pg.PeakManaged.Bytes)
+	assert.Equal(t, pg.PeakManaged.Bytes, managedAt(pg, pg.PeakManaged.Moment))
+	assert.Contains(t, strings.Join(pg.Notes, " "), "no queue and site columns")
+
+	// The map is at the peak, with the trace's ids.
+	assert.Equal(t, 5, pg.Map.Moment)
 	assert.Equal(t, int64(handMadePeak), pg.Map.ActiveBytes)
-	require.Len(t, pg.Map.Segments, 2)
-	type block struct {
-		id     uint64
-		offset int64
-		state  string
-	}
-	var got []block
+	assert.Contains(t, pg.Map.Caption, "just after event 5, at 5 µs")
+	var got []string
 	for _, seg := range pg.Map.Segments {
 		for _, b := range seg.Blocks {
-			got = append(got, block{b.ID, b.Offset, b.State})
+			got = append(got, fmt.Sprint(seg.ID, " ", b.ID, " ", b.Offset, " ", b.State))
 		}
 	}
-	assert.Contains(t, got, block{2, 4096, mempool.StateActive})
-	assert.Contains(t, got, block{0, 0, mempool.StateInactiveSplit}, "block 1's place, freed")
-	assert.Contains(t, got, block{4, 0, mempool.StateActive})
-	assert.Contains(t, pg.Map.Caption, "just after event 5, at 5 µs")
-	for _, l := range pg.Layers {
-		assert.Len(t, l.Bytes, len(pg.X))
-	}
-	assert.Equal(t, []string{"(1 MiB, 2 MiB]", "(512 KiB, 1 MiB]", "(2 KiB, 4 KiB]", "(512 B, 1 KiB]", "(64 B, 128 B]"}, layerNames(pg))
+	assert.Contains(t, got, "1 0 0 inactive_split", "block 1's place, freed")
+	assert.Contains(t, got, "1 2 4096 active", "block 2 beside it, in the small segment")
+	assert.Contains(t, got, fmt.Sprint(len(pg.Map.Segments), " 4 0 active"), "block 4 in the last segment")
+	assert.Equal(t, normalize(pg.Map.Segments), stepsAt(t, pg, 5), "the steps lead to the map")
 
 	// With bins, each block is a segment of its own, and block 1's is held.
 	pg, err = tracePage(events, "bins", newProgress(&bytes.Buffer{}))
@@ -183,34 +173,210 @@ func TestVizTraceMapIsAtThePeakWithTheTracesIDs(t *testing.T) {
 		states = append(states, fmt.Sprint(seg.Blocks[0].ID, " ", seg.Blocks[0].State))
 	}
 	assert.Equal(t, []string{"0 held", "2 active", "3 active", "4 active"}, states)
-	assert.Equal(t, replayPeakManaged(t, events), pg.peakManaged())
+	assert.Equal(t, replayPeakManaged(t, events), pg.PeakManaged.Bytes)
 }
 
-func layerNames(pg page) []string {
-	var names []string
-	for _, l := range pg.Layers {
-		names = append(names, l.Name)
+func TestVizSitedTraceWithSegments(t *testing.T) {
+	events := readEvents(t, writeTemp(t, "t.tsv", sitedTrace))
+	pg, err := tracePage(events, "arena", newProgress(&bytes.Buffer{}))
+	require.NoError(t, err)
+	assert.Equal(t, 13, pg.Events, "segment events are moments too")
+	assert.Equal(t, "trace", pg.ManagedFrom, "the managed bytes are the pool's own")
+	assert.Equal(t, []int64{1, 2 << 20, 6, 4 << 20, 12, 2 << 20}, pg.Managed)
+	assert.Equal(t, peak{Bytes: 4 << 20, Moment: 6}, pg.PeakManaged)
+	assert.Equal(t, peak{Bytes: handMadePeak, Moment: 7}, pg.PeakActive)
+	assert.Equal(t, []int{2, 3, 5, 7, 10}, pg.Allocs.A)
+	assert.Equal(t, []int{4, 9, 8, 11, 13}, pg.Allocs.F)
+	assert.Equal(t, []int{1, 2, 1, 2, 0}, pg.Allocs.Queue)
+	assert.Equal(t, 2, pg.Queues)
+	site := func(i int) string { return pg.Sites[i] }
+	assert.Equal(t, "solver.go:40:main.solve < main.go:30:main.main", site(pg.Allocs.Site[1]))
+	assert.Equal(t, "kernel.go:99:main.step (inlined)", site(pg.Allocs.Site[3]), "a site with spaces")
+	assert.Equal(t, "kernel.go:120:main.step (inlined)", site(pg.Allocs.FreeSite[3]))
+	assert.Equal(t, "", site(pg.Allocs.Site[4]), "- is no site")
+	assert.NotContains(t, strings.Join(pg.Notes, " "), "no queue and site columns")
+	assert.Equal(t, normalize(pg.Map.Segments), stepsAt(t, pg, pg.Map.Moment))
+	for k := range pg.Steps.Count {
+		if events := events; k > 0 && events[k-1].Op.Segment() {
+			assert.Zero(t, pg.Steps.Count[k], "a segment event of the trace changes nothing in the replayed pool")
+		}
 	}
-	return names
 }
 
-func TestSizeClasses(t *testing.T) {
-	for _, tc := range []struct {
-		size  int64
-		class int
-		name  string
-	}{
-		{0, 0, "≤ 1 B"},
-		{1, 0, "≤ 1 B"},
-		{2, 1, "(1 B, 2 B]"},
-		{3, 2, "(2 B, 4 B]"},
-		{4096, 12, "(2 KiB, 4 KiB]"},
-		{4097, 13, "(4 KiB, 8 KiB]"},
-		{3 << 30, 32, "(2 GiB, 4 GiB]"},
-	} {
-		assert.Equal(t, tc.class, sizeClass(tc.size), "size %d", tc.size)
-		assert.Equal(t, tc.name, sizeClassName(sizeClass(tc.size)), "size %d", tc.size)
+// managedAt returns the page's managed bytes in moment k.
+func managedAt(pg page, k int) int64 {
+	var v int64
+	for i := 0; i < len(pg.Managed); i += 2 {
+		if pg.Managed[i] <= int64(k) {
+			v = pg.Managed[i+1]
+		}
 	}
+	return v
+}
+
+// mapBlock is a block as the steps know it.
+type mapBlock struct {
+	Seg, Offset, Size int64
+	State             string
+	ID                uint64
+}
+
+// normalize returns segs' blocks as the steps know them.
+func normalize(segs []mempool.SegmentSnapshot) []mapBlock {
+	var out []mapBlock
+	for _, seg := range segs {
+		for _, b := range seg.Blocks {
+			id := uint64(0)
+			if b.State == mempool.StateActive {
+				id = b.ID
+			}
+			out = append(out, mapBlock{seg.ID, b.Offset, b.Size, b.State, id})
+		}
+	}
+	return out
+}
+
+// stepsAt applies pg's steps from moment 0 to k, as the page does, and
+// returns the blocks then, by segment and offset.
+func stepsAt(t *testing.T, pg page, k int) []mapBlock {
+	t.Helper()
+	require.NotNil(t, pg.Steps)
+	require.Len(t, pg.Steps.Count, pg.Events+1)
+	segs := map[int64]map[int64]mapBlock{}
+	o := 0
+	for j := 0; j <= k; j++ {
+		for range pg.Steps.Count[j] {
+			op := pg.Steps.Ops[o : o+5]
+			o += 5
+			seg, off, size, what, id := op[0], op[1], op[2], op[3], op[4]
+			switch what {
+			case stepSegmentNew:
+				require.NotContains(t, segs, seg, "moment %d: segment %d allocated twice", j, seg)
+				segs[seg] = map[int64]mapBlock{}
+			case stepSegmentFreed:
+				require.Contains(t, segs, seg, "moment %d: segment %d freed but not allocated", j, seg)
+				delete(segs, seg)
+			case stepRemove:
+				require.Contains(t, segs[seg], off, "moment %d: removes no block", j)
+				delete(segs[seg], off)
+			default:
+				state := map[int64]string{stepActive: mempool.StateActive, stepHeld: mempool.StateHeld, stepInactive: mempool.StateInactiveSplit}[what]
+				require.NotEmpty(t, state, "moment %d: step %d", j, what)
+				segs[seg][off] = mapBlock{seg, off, size, state, uint64(id)}
+			}
+		}
+	}
+	var out []mapBlock
+	for _, seg := range segs {
+		for _, b := range seg {
+			out = append(out, b)
+		}
+	}
+	slices.SortFunc(out, func(a, b mapBlock) int {
+		if a.Seg != b.Seg {
+			return int(a.Seg - b.Seg)
+		}
+		return int(a.Offset - b.Offset)
+	})
+	return out
+}
+
+// randomTrace returns a trace of n events over many size classes, from seed.
+func randomTrace(n int, seed uint64) []trace.Event {
+	rng := rand.New(rand.NewPCG(seed, 2))
+	var events []trace.Event
+	var live []int64
+	next := int64(1)
+	for len(events) < n {
+		if len(live) == 0 || rng.IntN(2) == 0 {
+			events = append(events, trace.Event{Op: trace.Alloc, ID: next, Size: 1 << rng.IntN(24) * int64(1+rng.IntN(3))})
+			live = append(live, next)
+			next++
+			continue
+		}
+		i := rng.IntN(len(live))
+		events = append(events, trace.Event{Op: trace.Free, ID: live[i]})
+		live = append(live[:i], live[i+1:]...)
+	}
+	return events
+}
+
+func TestVizStepsRebuildThePoolAtEveryMoment(t *testing.T) {
+	events := randomTrace(3000, 1)
+	for _, policy := range []string{"arena", "bins"} {
+		t.Run(policy, func(t *testing.T) {
+			pg, err := tracePage(events, policy, newProgress(&bytes.Buffer{}))
+			require.NoError(t, err)
+			assert.Equal(t, trace.Summarize(events).PeakLiveBytes, pg.PeakActive.Bytes)
+			assert.Equal(t, replayPeakManaged(t, events, policyOptions(policy)...), pg.PeakManaged.Bytes)
+			assert.Nil(t, pg.X, "no times: moment k is at k")
+			assert.Equal(t, int64(len(events)+1), pg.End)
+
+			// A pool of its own, and its snapshot after every event, against
+			// the steps applied as the page applies them.
+			pool, err := mempool.New(nothing{}, append([]mempool.Option{mempool.WithDropSafety(false), mempool.WithLimit(0)}, policyOptions(policy)...)...)
+			require.NoError(t, err)
+			live := map[int64]*mempool.PooledBuffer{}
+			ids := map[uint64]int64{}
+			segs := map[int64]map[int64]mapBlock{}
+			o := 0
+			for i, ev := range events {
+				k := i + 1
+				if ev.Op == trace.Alloc {
+					b, err := pool.Allocate(ev.Size)
+					require.NoError(t, err)
+					live[ev.ID], ids[b.ID()] = b, ev.ID
+				} else {
+					require.NoError(t, live[ev.ID].Close())
+				}
+				applySteps(pg.Steps, k, &o, segs)
+				want := normalize(pool.Snapshot().Segments)
+				for j := range want {
+					if want[j].State == mempool.StateActive {
+						want[j].ID = uint64(ids[want[j].ID])
+					}
+				}
+				if got := flatten(segs); !assert.Equal(t, want, got, "moment %d", k) {
+					return
+				}
+			}
+		})
+	}
+}
+
+// applySteps applies the steps of moment k, from ops[*o], to segs.
+func applySteps(st *steps, k int, o *int, segs map[int64]map[int64]mapBlock) {
+	for range st.Count[k] {
+		op := st.Ops[*o : *o+5]
+		*o += 5
+		switch seg, off := op[0], op[1]; op[3] {
+		case stepSegmentNew:
+			segs[seg] = map[int64]mapBlock{}
+		case stepSegmentFreed:
+			delete(segs, seg)
+		case stepRemove:
+			delete(segs[seg], off)
+		default:
+			state := map[int64]string{stepActive: mempool.StateActive, stepHeld: mempool.StateHeld, stepInactive: mempool.StateInactiveSplit}[op[3]]
+			segs[seg][off] = mapBlock{seg, off, op[2], state, uint64(op[4])}
+		}
+	}
+}
+
+func flatten(segs map[int64]map[int64]mapBlock) []mapBlock {
+	var out []mapBlock
+	for _, seg := range segs {
+		for _, b := range seg {
+			out = append(out, b)
+		}
+	}
+	slices.SortFunc(out, func(a, b mapBlock) int {
+		if a.Seg != b.Seg {
+			return int(a.Seg - b.Seg)
+		}
+		return int(a.Offset - b.Offset)
+	})
+	return out
 }
 
 func TestVizRejectsBadInputAndWritesNothing(t *testing.T) {
@@ -227,6 +393,7 @@ func TestVizRejectsBadInputAndWritesNothing(t *testing.T) {
 		{"no such file", []string{"no-such-file.tsv"}, "", "no-such-file.tsv"},
 		{"empty trace", nil, "op\tid\tsize\n", "t.in: the trace has no events"},
 		{"bad trace", nil, "a\t1\t8\nf\t2\t0\n", "t.in:2: free of block 2, which is not live"},
+		{"a trace cut mid-line", nil, "op\tid\tsize\tt\na\t1\t8\t100\na\t3628\t237568\t186", "t.in:3:"},
 		{"bad JSON", nil, `{"policy": "arena", `, "t.in: reading the snapshot: unexpected EOF"},
 		{"JSON that is no snapshot", nil, `{"op": "a"}`, "t.in: a JSON object, but not a pool snapshot"},
 		{"blocks that leave a gap", nil, `{"policy":"arena","segments":[{"id":1,"size":8192,"blocks":[{"offset":4096,"size":4096,"state":"held"}]}]}`,
@@ -258,210 +425,104 @@ func TestRunListsViz(t *testing.T) {
 	assert.Contains(t, stdout.String(), "viz       draw a trace or a pool snapshot")
 }
 
-// snapshotFile writes the JSON of a snapshot of a real pool, over nothing,
-// after the events of handMadeTrace up to its peak and then the free of
-// block 3, with those events as its history (less the first, whose free
-// it keeps: a history's first events can be frees of blocks allocated
-// before it) and sites on its active blocks. withHistory false leaves
-// the history out. It returns the file and the snapshot.
-func snapshotFile(t *testing.T, withHistory bool) (string, mempool.Snapshot) {
-	t.Helper()
-	pool, err := mempool.New(nothing{}, mempool.WithArena(), mempool.WithDropSafety(false))
-	require.NoError(t, err)
-	events := readEvents(t, writeTemp(t, "t.tsv", handMadeTrace))[:6]
-	live := map[int64]*mempool.PooledBuffer{}
-	for _, ev := range events {
-		if ev.Op == trace.Alloc {
-			live[ev.ID], err = pool.Allocate(ev.Size)
-		} else {
-			err = live[ev.ID].Close()
-		}
-		require.NoError(t, err)
-	}
-	snap := pool.Snapshot()
-	if withHistory {
-		snap.History = events[1:] // a history that missed the allocation of block 1
-	}
-	for i := range snap.Segments {
-		for j := range snap.Segments[i].Blocks {
-			if b := &snap.Segments[i].Blocks[j]; b.State == mempool.StateActive {
-				b.Site = "solver.go:" + strconv.FormatInt(b.Size, 10)
-			}
-		}
-	}
-	b, err := json.Marshal(snap)
-	require.NoError(t, err)
-	return writeTemp(t, "snap.json", "\n  "+string(b)), snap
-}
+// The hand-made snapshot: a pool whose history began at 1 s, after block
+// 100 (20000 bytes, at model.go:5) was allocated; the history allocates
+// blocks 1 (3000 bytes) and 2 (700000), frees 1, and frees a block from
+// before it (7). Its segments hold 100 and 2 active, with sites and
+// queues.
+const snapshotByHand = `{
+  "time": "2026-01-02T03:04:05Z", "policy": "arena", "device": "pthread-cpu",
+  "managed_bytes": 4194304, "active_bytes": 720000, %s
+  "segments": [
+    {"id": 1, "size": 2097152, "small": true, "blocks": [
+      {"offset": 0, "size": 20480, "requested": 20000, "state": "active", "queue": 1, "block_id": 824634000000, "site": "model.go:5:main.load"},
+      {"offset": 20480, "size": 2076672, "state": "inactive_split"}]},
+    {"id": 2, "size": 2097152, "blocks": [
+      {"offset": 0, "size": 700416, "requested": 700000, "state": "active", "queue": 2, "block_id": 824634000100, "site": "kernel.go:99:main.step < main.go:30:main.main"},
+      {"offset": 700416, "size": 1396736, "state": "inactive_split"}]}
+  ],
+  "history": [
+    {"op": "f", "id": 7, "size": 0, "t": 1000000000},
+    {"op": "a", "id": 1, "size": 3000, "t": 1000100000},
+    {"op": "a", "id": 2, "size": 700000, "t": 1000200000},
+    {"op": "f", "id": 1, "size": 0, "t": 1000300000}
+  ]
+}`
 
 func TestVizReadsASnapshot(t *testing.T) {
-	path, snap := snapshotFile(t, true)
+	path := writeTemp(t, "snap.json", fmt.Sprintf(snapshotByHand, `"peak_managed_bytes": 10485760, "peak_active_bytes": 9000000,`))
 	pg, err := loadPage(path, "arena", newProgress(&bytes.Buffer{}))
 	require.NoError(t, err)
 	assert.Equal(t, "snapshot", pg.Source)
-	assert.Equal(t, 4, pg.Events, "the free of block 1 is left out")
+	assert.Equal(t, 3, pg.Events, "the free of block 7, allocated before the history, is left out")
 	assert.Nil(t, pg.Managed, "a snapshot knows its managed bytes only at its moment")
-	assert.Equal(t, snap.ManagedBytes, pg.Map.ManagedBytes)
-	assert.Equal(t, snap.Segments, pg.Map.Segments)
-	assert.Equal(t, int64(handMadePeak), pg.peakActive())
-	assert.Equal(t, int64(6000), pg.Map.X, "the snapshot is drawn at the history's end")
-	assert.Contains(t, strings.Join(pg.Notes, " "), "1 frees of blocks allocated before it are left out")
+	assert.Nil(t, pg.Steps)
+	assert.Equal(t, int64(1000100000)-2000, pg.X[0], "the axis starts just before the history (a hundredth of its span), not at 0")
+	assert.Equal(t, []int64{1000100000, 1000200000, 1000300000}, pg.X[1:])
+	assert.Equal(t, int64(1000300000+100000), pg.End, "the last state lasts the events' mean spacing")
+	assert.Equal(t, allocTable{
+		ID:       []int64{824634000000, 1, 2},
+		Size:     []int64{20000, 3000, 700000},
+		A:        []int{0, 1, 2},
+		F:        []int{0, 3, 0},
+		Site:     []int{1, 0, 0},
+		FreeSite: []int{0, 0, 0},
+		Queue:    []int{1, 0, 0},
+	}, pg.Allocs, "block 100 was allocated before the history: a band from its start; 2 is the history's")
+	assert.Equal(t, []string{"", "model.go:5:main.load"}, pg.Sites)
+	assert.Equal(t, peak{Bytes: 10485760, Moment: -1, Note: "the pool's peak, at a moment the snapshot does not record"}, pg.PeakManaged)
+	assert.Equal(t, int64(9000000), pg.PeakActive.Bytes)
+	assert.Equal(t, -1, pg.PeakActive.Moment)
+	assert.Equal(t, 3, pg.Map.Moment, "the map is at the history's end")
+	assert.Contains(t, strings.Join(pg.Notes, " "), "the 1 frees of other blocks allocated before it are left out")
 
-	path, _ = snapshotFile(t, false)
-	pg, err = loadPage(path, "arena", newProgress(&bytes.Buffer{}))
+	// A snapshot from before the pool's peaks were in it: the peaks are the
+	// history's and the snapshot's own.
+	pg, err = loadPage(writeTemp(t, "old.json", fmt.Sprintf(snapshotByHand, "")), "arena", newProgress(&bytes.Buffer{}))
+	require.NoError(t, err)
+	assert.Equal(t, peak{Bytes: 4194304, Moment: 3, Note: "at the snapshot"}, pg.PeakManaged)
+	assert.Equal(t, peak{Bytes: 723000, Moment: 2}, pg.PeakActive, "20000 + 3000 + 700000")
+	assert.Contains(t, strings.Join(pg.Notes, " "), "does not have the pool's peaks")
+
+	// No history.
+	var s map[string]any
+	require.NoError(t, json.Unmarshal([]byte(fmt.Sprintf(snapshotByHand, "")), &s))
+	delete(s, "history")
+	raw, err := json.Marshal(s)
+	require.NoError(t, err)
+	pg, err = loadPage(writeTemp(t, "nohist.json", string(raw)), "arena", newProgress(&bytes.Buffer{}))
 	require.NoError(t, err)
 	assert.Zero(t, pg.Events)
+	assert.Equal(t, []int{0, 0}, pg.Allocs.A, "the two active blocks, from the start")
+	assert.Equal(t, peak{Bytes: 720000, Moment: 0, Note: "at the snapshot"}, pg.PeakActive)
 	assert.Contains(t, strings.Join(pg.Notes, " "), "The snapshot has no history")
 }
 
-// chromium returns the path of a headless-capable Chromium, skipping the
-// test if there is none.
-func chromium(t *testing.T) string {
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if path, err := exec.LookPath(name); err == nil {
-			return path
+func TestVizOfARealPoolsSnapshot(t *testing.T) {
+	pool, err := mempool.New(nothing{}, mempool.WithArena(), mempool.WithDropSafety(false), mempool.WithLimit(0))
+	require.NoError(t, err)
+	var blocks []*mempool.PooledBuffer
+	for i := range 40 {
+		b, err := pool.Allocate(int64(1000 + 5000*i))
+		require.NoError(t, err)
+		blocks = append(blocks, b)
+	}
+	for _, b := range blocks[:30] {
+		require.NoError(t, b.Close())
+	}
+	snap := pool.Snapshot()
+	raw, err := json.Marshal(snap)
+	require.NoError(t, err)
+	pg, err := loadPage(writeTemp(t, "snap.json", string(raw)), "arena", newProgress(&bytes.Buffer{}))
+	require.NoError(t, err)
+	assert.Equal(t, snap.ActiveBytes, func() (s int64) {
+		for _, v := range pg.Allocs.Size {
+			s += v
 		}
-	}
-	t.Skip("skipping the browser test: Chromium is not installed (make deps installs it)")
-	return ""
-}
-
-// render opens the HTML file at path in headless Chromium and returns the
-// DOM after the page's script ran, and a screenshot 1400 by 1000 pixels.
-func render(t *testing.T, browser, path string) (dom string, screenshot []byte) {
-	t.Helper()
-	abs, err := filepath.Abs(path)
-	require.NoError(t, err)
-	shot := filepath.Join(t.TempDir(), "shot.png")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-		"--disable-extensions", "--disable-background-networking", "--disable-component-update",
-		"--user-data-dir="+t.TempDir(), "--window-size=1400,1000", "--screenshot="+shot, "--dump-dom", "file://"+abs)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	require.NoError(t, err, stderr.String())
-	screenshot, err = os.ReadFile(shot)
-	require.NoError(t, err, stderr.String())
-	return string(out), screenshot
-}
-
-// startTag returns the start tag of the element with the id in dom.
-func startTag(t *testing.T, dom, id string) string {
-	t.Helper()
-	tag := regexp.MustCompile(`<[a-z]+\b[^>]*\bid="` + regexp.QuoteMeta(id) + `"[^>]*>`).FindString(dom)
-	require.NotEmpty(t, tag, "the rendered page has an element #%s", id)
-	return tag
-}
-
-// attr returns the value of the attribute name of a start tag, or "".
-func attr(tag, name string) string {
-	m := regexp.MustCompile(`\s` + regexp.QuoteMeta(name) + `="([^"]*)"`).FindStringSubmatch(tag)
-	if m == nil {
-		return ""
-	}
-	return m[1]
-}
-
-// element returns what is inside the element with the id in dom, between
-// its start tag and its end tag (an element of the same name must not be
-// nested in it).
-func element(t *testing.T, dom, id string) string {
-	t.Helper()
-	tag := startTag(t, dom, id)
-	name := regexp.MustCompile(`^<([a-z]+)`).FindStringSubmatch(tag)[1]
-	inner := dom[strings.Index(dom, tag)+len(tag):]
-	end := strings.Index(inner, "</"+name+">")
-	require.GreaterOrEqual(t, end, 0, "#%s has an end tag", id)
-	return inner[:end]
-}
-
-func bytesAttr(t *testing.T, dom, id string) int64 {
-	t.Helper()
-	n, err := strconv.ParseInt(attr(startTag(t, dom, id), "data-bytes"), 10, 64)
-	require.NoError(t, err, "#%s's data-bytes", id)
-	return n
-}
-
-// checkRendered checks what every rendered page has: the script ran to
-// its end, the three plots are drawn, and nothing is fetched.
-func checkRendered(t *testing.T, dom string, screenshot []byte) {
-	t.Helper()
-	bodyTag := regexp.MustCompile(`<body[^>]*>`).FindString(dom)
-	assert.Equal(t, "ok", attr(bodyTag, "data-rendered"), "the script ran to its end; error: %s", attr(bodyTag, "data-error"))
-	assert.Empty(t, fetches.FindAllString(dom, -1), "the rendered page fetches nothing")
-	for _, id := range []string{"timeline", "managed", "segments"} {
-		assert.NotEmpty(t, attr(startTag(t, dom, id), "viewBox"), "the script sized plot #%s", id)
-		assert.Contains(t, element(t, dom, id), "<", "the script drew in plot #%s", id)
-	}
-	img, err := png.Decode(bytes.NewReader(screenshot))
-	require.NoError(t, err)
-	assert.Equal(t, 1400, img.Bounds().Dx())
-	assert.Equal(t, 1000, img.Bounds().Dy())
-}
-
-func TestVizInBrowser(t *testing.T) {
-	browser := chromium(t)
-
-	t.Run("cg.tsv", func(t *testing.T) {
-		t.Parallel()
-		input := filepath.Join(repoRoot, "testdata", "cg.tsv")
-		events := readEvents(t, input)
-		dom, shot := render(t, browser, viz(t, input))
-		checkRendered(t, dom, shot)
-		assert.Equal(t, trace.Summarize(events).PeakLiveBytes, bytesAttr(t, dom, "peak-active"))
-		assert.Equal(t, replayPeakManaged(t, events, mempool.WithArena()), bytesAttr(t, dom, "peak-managed"))
-		timeline := element(t, dom, "timeline")
-		assert.Equal(t, "3", attr(startTag(t, dom, "timeline"), "data-layers"), "cg.tsv has sizes of 3 classes")
-		assert.Equal(t, 3, strings.Count(timeline, `<path class="layer"`))
-		managed := element(t, dom, "managed")
-		assert.Contains(t, managed, `<path class="managed"`)
-		assert.Contains(t, managed, `<path class="active"`)
-		assert.Contains(t, managed, "peak managed 4 MiB")
-		segments := element(t, dom, "segments")
-		blocks := strings.Count(segments, `<rect class="block"`)
-		assert.Positive(t, blocks)
-		assert.Equal(t, strconv.Itoa(blocks), attr(startTag(t, dom, "segments"), "data-blocks"))
-	})
-
-	t.Run("hand-made timed trace", func(t *testing.T) {
-		t.Parallel()
-		input := writeTemp(t, "hand.tsv", handMadeTrace)
-		dom, shot := render(t, browser, viz(t, input))
-		checkRendered(t, dom, shot)
-		assert.Equal(t, int64(handMadePeak), bytesAttr(t, dom, "peak-active"))
-		assert.Equal(t, "5000", attr(startTag(t, dom, "peak-active"), "data-x"), "at 5 µs")
-		assert.Contains(t, element(t, dom, "peak-active"), "at 5 µs")
-		assert.Equal(t, replayPeakManaged(t, readEvents(t, input), mempool.WithArena()), bytesAttr(t, dom, "peak-managed"))
-		assert.Equal(t, int64(4<<20), bytesAttr(t, dom, "peak-managed"), "a small segment and a large one, 2 MiB each")
-		assert.Equal(t, "2", attr(startTag(t, dom, "segments"), "data-segments"))
-		segments := element(t, dom, "segments")
-		assert.Contains(t, segments, "<title>block 2 · active\nsize 4 KiB (4096 B)\noffset 4096 in segment 1\nrequested 2.93 KiB (3000 B)</title>")
-		assert.Contains(t, segments, "<title>free block · inactive split\nsize 4 KiB (4096 B)\noffset 0 in segment 1</title>")
-	})
-
-	t.Run("snapshot", func(t *testing.T) {
-		t.Parallel()
-		path, snap := snapshotFile(t, true)
-		dom, shot := render(t, browser, viz(t, path))
-		checkRendered(t, dom, shot)
-		assert.Equal(t, int64(handMadePeak), bytesAttr(t, dom, "peak-active"), "the history's peak")
-		assert.Equal(t, snap.ManagedBytes, bytesAttr(t, dom, "peak-managed"))
-		assert.Contains(t, element(t, dom, "peak-managed"), "at the snapshot")
-		assert.Contains(t, element(t, dom, "managed"), "managed at the snapshot")
-		assert.Contains(t, element(t, dom, "segments"), "\nsite solver.go:")
-		assert.Contains(t, element(t, dom, "sites"), "solver.go:")
-		assert.Contains(t, element(t, dom, "notes"), "history")
-
-		path, snap = snapshotFile(t, false)
-		dom, shot = render(t, browser, viz(t, path))
-		checkRendered(t, dom, shot)
-		assert.Equal(t, snap.ActiveBytes, bytesAttr(t, dom, "peak-active"))
-		assert.Equal(t, snap.ManagedBytes, bytesAttr(t, dom, "peak-managed"))
-		assert.Contains(t, element(t, dom, "notes"), "The snapshot has no history")
-		assert.Contains(t, element(t, dom, "managed"), `class="bar-managed"`)
-	})
+		return s
+	}(), "the active blocks are drawn")
+	assert.Equal(t, pool.Stats().PeakManagedBytes, pg.PeakManaged.Bytes, "the pool's own peak")
+	assert.Equal(t, pool.Stats().PeakActiveBytes, pg.PeakActive.Bytes)
 }
 
 func TestProgressCountDrawsABarOnlyOnATerminal(t *testing.T) {
