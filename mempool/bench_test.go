@@ -24,17 +24,7 @@ func benchAllocator(b *testing.B) *allocator.Immediate {
 }
 
 func benchPool(b *testing.B, opts ...mempool.Option) *mempool.Pool {
-	p, err := mempool.New(benchAllocator(b), opts...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { p.Close() })
-	warm, err := p.Allocate(benchSize) // make the next one a hit
-	if err != nil {
-		b.Fatal(err)
-	}
-	warm.Close()
-	return p
+	return warmed(b)(mempool.New(benchAllocator(b), opts...))
 }
 
 func hitLoop(b *testing.B, p *mempool.Pool) {
@@ -420,17 +410,7 @@ func benchSVMPool(b *testing.B, opts ...mempool.Option) *mempool.Pool {
 	if err != nil {
 		b.Fatal(err)
 	}
-	p, err := mempool.NewSVM(a, opts...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { p.Close() })
-	warm, err := p.Allocate(benchSize)
-	if err != nil {
-		b.Fatal(err)
-	}
-	warm.Close()
-	return p
+	return warmed(b)(mempool.NewSVM(a, opts...))
 }
 
 // BenchmarkSVMPoolHit is BenchmarkPoolHit over SVM (NewSVM), and
