@@ -109,14 +109,15 @@ func (p *Pool) allocate(size int64, r *qstate) (*PooledBuffer, error) {
 // as many times as the pool had segments when it began, and rung 5, at
 // most finalRounds times.
 type ladder struct {
-	seg, own *segment // the policy's segment for the request, and the smallest that serves it
-	rung     int      // the rung to take at the next refusal
-	frees    int      // rung 3's remaining frees; -1 before it begins
-	useOwn   bool     // rung 4 was taken: try own
-	final    bool     // rung 5: decide frees every wholly free segment first
-	finals   int      // rung 5's rounds so far
-	cause    error    // the device's last refusal; nil if only the limit refused
-	pending  *segment // reserved before a drain, taken back by the next decide
+	seg, own  *segment // the policy's segment for the request, and the smallest that serves it
+	rung      int      // the rung to take at the next refusal
+	frees     int      // rung 3's remaining frees; -1 before it begins
+	useOwn    bool     // rung 4 was taken: try own
+	final     bool     // rung 5: decide frees every wholly free segment first
+	freesSeen int64    // the pool's batches of frees when the last decision was made
+	finals    int      // rung 5's rounds so far
+	cause     error    // the device's last refusal; nil if only the limit refused
+	pending   *segment // reserved before a drain, taken back by the next decide
 }
 
 // Rungs of the ladder.
@@ -227,7 +228,6 @@ func (p *Pool) grow(req *request, seg *segment) (*block, error) {
 func (p *Pool) nextRung(req *request, lad *ladder) bool {
 	p.lock()
 	p.countMiss(req)
-	freesAtRefusal := p.l.s.DeviceFrees
 	p.mu.Unlock()
 	for {
 		switch lad.rung {
@@ -302,7 +302,7 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 			}
 			c := p.pol.Counts()
 			changed := c.FreeBlocks > c.SplitBlocks[0]+c.SplitBlocks[1] || // a wholly free segment
-				p.l.s.DeviceFrees > freesAtRefusal || // memory went back to the device
+				p.l.freeBatches > lad.freesSeen || // memory went back to the device since the decision
 				lad.cause == nil && p.room() >= lad.try().Size // the limit has room now
 			p.mu.Unlock()
 			if !changed {

@@ -112,6 +112,7 @@ func (c *core) decide(req *request, lad *ladder) (d decision) {
 		d.stale = append(d.stale, c.forget()...)
 	}
 	d.seg = c.reserve(lad.try(), lad.own.Size)
+	lad.freesSeen = c.l.freeBatches
 	if d.drain {
 		lad.pending = d.seg
 	}
@@ -301,11 +302,11 @@ func (c *core) recordUses(b *block, r *qstate) {
 	}
 }
 
-// newCore returns the core of a pool with config c: a policy of blocks
+// init readies the core of a new pool with config c: a policy of blocks
 // aligned to align (arena), on a device whose largest buffer is maxAlloc
 // (0: unknown), under limit (0: none).
-func newCore(c config, align, maxAlloc, limit int64) core {
-	k := core{limit: limit, maxAlloc: maxAlloc}
+func (k *core) init(c config, align, maxAlloc, limit int64) {
+	k.limit, k.maxAlloc = limit, maxAlloc
 	k.l.s = Stats{Policy: "bins", LeadingBits: c.leadingBits, MaxSplitSize: c.maxSplit, Limit: limit, Holding: true}
 	if c.arena {
 		k.align = align
@@ -314,7 +315,6 @@ func newCore(c config, align, maxAlloc, limit int64) core {
 	} else {
 		k.pol = policy.NewBins[mem](c.leadingBits)
 	}
-	return k
 }
 
 // newQstate returns the state of queue q, of id id; q nil and id 0 for

@@ -20,14 +20,20 @@
 // # Arena
 //
 // WithArena replaces exact bins with a splitting arena, as CuPy's, torch's
-// and VMA's pools are. Segments are device buffers from the allocator: 2 MiB
-// for requests up to 1 MiB; for larger ones, 1/16 of what the pool already
-// holds in multiples of 2 MiB, at most 256 MiB, or, where that is less than
-// the request, the request rounded to 256 KiB (a request over 128 MiB
-// always gets its own); where the limit leaves less room, the room; after
-// the device or the limit refuses one and nothing else helps, a segment of
-// the request's own size (see Out of memory). A request takes a good fit among the free
-// blocks (a two-level size-class index, the classes being the bins above)
+// and VMA's pools are. Segments are device buffers from the allocator, sized
+// to the pool: the first is 512 KiB, and each one after grows the pool by a
+// twelfth of what it holds (less the free bytes of its segments in use, at
+// least a forty-eighth, in 64 KiB units, at most 256 MiB); a request larger
+// than that gets a segment of its own size, rounded to 4 KiB, and one over
+// 128 MiB always does. So a small program takes one small segment, and a
+// large one few. Small and large requests share the segments (keeping
+// them apart, as torch does, cost up to 7 times the device allocations for
+// a few percent of memory). Where the limit leaves less room, a segment
+// shrinks to the room; after the device or the limit refuses one and
+// nothing else helps, a segment of the request's own size (see Out of
+// memory). A request takes the smallest free block of its class that
+// fits, else one of the next class that has one (a two-level size-class
+// index, the classes being the bins above, each class kept by size)
 // and splits off the rest; a block given back merges with its free
 // neighbours. A few small blocks given back wait unmerged instead, for a
 // request of exactly their size (a loop that allocates and frees the same

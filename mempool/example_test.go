@@ -161,7 +161,7 @@ func ExamplePool_MemoryStats() {
 	// num_device_alloc 2
 }
 
-// An arena cuts small requests from shared 2 MiB segments; Base and Offset
+// An arena cuts small requests from shared segments (512 KiB the first); Base and Offset
 // name each block's range.
 func ExampleWithArena() {
 	q, err := cl.DefaultQueue()
@@ -192,7 +192,7 @@ func ExampleWithArena() {
 	fmt.Println("managed after FreeHeld:", pool.ManagedBytes())
 	// Output:
 	// same segment: true b's offset is past a: true
-	// device allocations 1, managed 2097152 bytes, held 2097152 bytes
+	// device allocations 1, managed 524288 bytes, held 524288 bytes
 	// managed after FreeHeld: 0
 }
 
@@ -261,10 +261,10 @@ func ExamplePool_Snapshot() {
 		}
 	}
 	// Output:
-	// segment 1: 2097152 bytes
+	// segment 1: 524288 bytes
 	//   at       0:    4096 bytes inactive_split
 	//   at    4096:    4096 bytes active
-	//   at    8192: 2088960 bytes inactive_split
+	//   at    8192:  516096 bytes inactive_split
 }
 
 // SetLimit changes the limit at run time; lowering it frees held memory.

@@ -106,6 +106,34 @@ func arenaUnit(q *cl.CommandQueue) int64 {
 	return u
 }
 
+// firstAsk returns, for an arena pool holding blocks of the held sizes
+// on a device with room to spare, the bytes it manages and the segment
+// its policy asks the device for first to serve a request of size (0 if
+// a held segment serves it): the scenarios below size their budgets and
+// limits from it, not from the policy's constants.
+func firstAsk(t *testing.T, held []int64, size int64) (managed, ask int64) {
+	t.Helper()
+	w := &tripwire{}
+	f := newFixture(t, func(a allocator.Allocator) allocator.Allocator { w.Allocator = a; return w }, mempool.WithArena())
+	var open []*mempool.PooledBuffer
+	for _, n := range held {
+		b, err := f.pool.Allocate(n)
+		require.NoError(t, err)
+		open = append(open, b)
+	}
+	managed = f.pool.ManagedBytes()
+	w.asked()
+	b, err := f.pool.Allocate(size)
+	require.NoError(t, err)
+	if asked := w.asked(); len(asked) > 0 {
+		ask = asked[0]
+	}
+	for _, o := range append(open, b) {
+		require.NoError(t, o.Close())
+	}
+	return managed, ask
+}
+
 // roundTo returns size rounded up to a multiple of unit, at least unit.
 func roundTo(size, unit int64) int64 {
 	return max((size+unit-1)/unit*unit, unit)
@@ -117,18 +145,22 @@ func roundTo(size, unit int64) int64 {
 // Allocate retried it forever (from 2 MiB after a 1000-byte request under
 // a 3,900 KiB budget; from 14 MiB, 8, 4, 2, 2, ... in a pool of 200 MiB).
 // The ladder now tries a segment of the request's own size instead, which
-// the room left holds.
+// the room left holds. Each case leaves one byte less than the policy's
+// segment (learned on a pool with room: firstAsk).
 func TestLadderServesWhatTheBudgetHolds(t *testing.T) {
 	for _, c := range []struct {
-		name   string
-		held   []int64 // allocated first and kept open
-		budget int64
-		first  int64 // the segment the arena's policy asks for first
+		name string
+		held []int64 // allocated first and kept open
 	}{
-		{"3900KiB", []int64{1000}, 3900 << 10, 2 * mib},
-		{"14MiB", []int64{100 * mib, 100 * mib}, 200*mib + 1900000, 14 * mib},
+		{"24MiB", []int64{24 * mib}},
+		{"200MiB", []int64{100 * mib, 100 * mib}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			managed, first := firstAsk(t, c.held, 1600000)
+			c := struct {
+				held          []int64
+				budget, first int64
+			}{c.held, managed + first - 1, first}
 			w := &tripwire{}
 			var budget *allocator.Budget
 			f := newFixture(t, func(a allocator.Allocator) allocator.Allocator {
@@ -136,13 +168,14 @@ func TestLadderServesWhatTheBudgetHolds(t *testing.T) {
 				w.Allocator = budget
 				return w
 			}, mempool.WithArena())
+			require.Greater(t, c.first, roundTo(1600000, arenaUnit(f.q)), "the policy's segment is larger than the request")
 			var held []*mempool.PooledBuffer
 			for _, n := range c.held {
 				b, err := f.pool.Allocate(n)
 				require.NoError(t, err)
 				held = append(held, b)
 			}
-			require.Less(t, c.budget-budget.Live(), int64(2*mib), "less than 2 MiB is left")
+			require.Less(t, c.budget-budget.Live(), c.first, "less than the policy's segment is left")
 			w.asked()
 
 			b, err := allocateWithin(t, f, w, 1600000)
@@ -225,16 +258,22 @@ func TestLadderLimitNeverSpinsHoldingTheLock(t *testing.T) {
 // the same size, refusing the same segment, served it. Now the segment
 // shrinks to the room, which a segment of the request's own size fits.
 func TestLadderLimitServesWhatABudgetServes(t *testing.T) {
-	for _, c := range []struct {
+	for _, tc := range []struct {
 		name    string
 		held    []int64 // allocated first and kept open
-		total   int64   // the limit, or the budget
 		request int64
-		policy  int64 // the segment the arena's policy makes for it
 	}{
-		{"3900KiB", []int64{1000}, 3900 << 10, 1600000, 2 * mib},          // 1,896,448 bytes left
-		{"40MiB", []int64{40 * mib}, 40*mib + 3584<<10, 3 * mib, 4 * mib}, // 3.5 MiB left
+		{"24MiB", []int64{24 * mib}, 1600000},
+		{"40MiB", []int64{40 * mib}, 3 * mib},
 	} {
+		// One byte less room than the policy's segment (firstAsk).
+		managed, policy := firstAsk(t, tc.held, tc.request)
+		c := struct {
+			name           string
+			held           []int64
+			total, request int64
+			policy         int64
+		}{tc.name, tc.held, managed + policy - 1, tc.request, policy}
 		for _, by := range []string{"limit", "budget"} {
 			t.Run(c.name+"/"+by, func(t *testing.T) {
 				w := &tripwire{}
@@ -491,21 +530,24 @@ func TestLadderCollectsDroppedBuffersFirst(t *testing.T) {
 
 // Issue 21, the ladder's order: without a dropped buffer, a collection
 // that brings nothing back is no reason to ask the device again. After
-// the device refused the arena's 2 MiB segment, the ladder collects, has
+// the device refused the arena's segment, the ladder collects, has
 // nothing held to free, and asks once more, for the request's own size:
 // two device calls in all. (The halving asked for 1 MiB, 512 KiB, ...,
 // 4 KiB after the collection.)
 func TestLadderRetriesTheDeviceOnlyForARung(t *testing.T) {
+	// Two blocks fill what the pool holds; the budget leaves one byte
+	// less than the policy's next segment (firstAsk).
+	managed, first := firstAsk(t, []int64{1 * mib, 1 * mib}, 1000)
 	f := newFixture(t, func(a allocator.Allocator) allocator.Allocator {
-		return allocator.NewBudget(a, 2*mib+4096)
+		return allocator.NewBudget(a, managed+first-1)
 	}, mempool.WithArena())
 	unit := arenaUnit(f.q)
-	// Two blocks fill the first small segment.
+	require.Greater(t, first, roundTo(1000, unit), "the policy's segment is larger than the request's block")
 	x, err := f.pool.Allocate(1 * mib)
 	require.NoError(t, err)
 	y, err := f.pool.Allocate(1 * mib)
 	require.NoError(t, err)
-	require.Equal(t, int64(2*mib), f.pool.ManagedBytes())
+	require.Equal(t, managed, f.pool.ManagedBytes())
 
 	rec := &recorder{}
 	remove := f.pool.AddHook(rec)
@@ -521,7 +563,7 @@ func TestLadderRetriesTheDeviceOnlyForARung(t *testing.T) {
 			asked = append(asked, e.Size)
 		}
 	}
-	assert.Equal(t, []int64{2 * mib, roundTo(1000, unit)}, asked, "the policy's segment, then the request's own size")
+	assert.Equal(t, []int64{first, roundTo(1000, unit)}, asked, "the policy's segment, then the request's own size")
 	assert.Greater(t, m1.NumForcedGC, m0.NumForcedGC, "the ladder collected (two blocks are active)")
 	s := f.pool.Stats()
 	assert.Equal(t, int64(1), s.OOMRetries)

@@ -1,6 +1,10 @@
 package mempool
 
-import "github.com/clpool/clpool/mempool/internal/policy"
+import (
+	"sync/atomic"
+
+	"github.com/clpool/clpool/mempool/internal/policy"
+)
 
 // ledger is the pool's counters and the one place that changes them. The
 // core calls every method, with p.mu held; the policies count nothing.
@@ -9,8 +13,12 @@ type ledger struct {
 	split      [2]int   // the policy's inactive splits, small and large, as last synced
 	splitBytes [2]int64 // and their bytes
 
-	inflight    int64              // bytes reserved for segments being allocated (see reserve)
-	freeing     int64              // bytes of segments out of the accounts, not yet given back
+	inflight int64 // bytes reserved for segments being allocated (see reserve)
+	freeing  int64 // bytes of segments out of the accounts, not yet given back
+	// cacheCap is the most bytes one queue cache of an arena holds: a
+	// cacheShare part of the managed bytes. Written under p.mu, read
+	// without it (qcache.go).
+	cacheCap    atomic.Int64
 	freeBatches int64              // calls of deviceFreed: each ends a batch of frees
 	segs        map[*segment]int64 // every segment the pool owns, with its ID (for Snapshot)
 	lastSeg     int64              // the last ID given
@@ -103,6 +111,7 @@ func (l *ledger) reserved() int64 { return l.s.ReservedBytes.current() + l.infli
 func (l *ledger) segmentAdded(seg *segment) {
 	l.inflight -= seg.Size
 	l.s.ReservedBytes.add(!seg.Small, seg.Size)
+	l.cacheCap.Store(l.s.ReservedBytes.current() / cacheShare)
 	if l.segs == nil {
 		l.segs = map[*segment]int64{}
 	}
@@ -121,6 +130,7 @@ func (l *ledger) segmentRemoved(seg *segment) {
 	delete(l.segs, seg)
 	l.s.Segment.sub(!seg.Small, 1)
 	l.s.ReservedBytes.sub(!seg.Small, seg.Size)
+	l.cacheCap.Store(l.s.ReservedBytes.current() / cacheShare)
 	if seg.Oversize {
 		l.s.OversizeSegments.sub(1)
 	}

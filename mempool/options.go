@@ -58,8 +58,9 @@ func WithLimitFraction(f float64) Option {
 }
 
 // WithArena makes the pool a splitting arena instead of exact bins: it
-// allocates segments (2 MiB for requests up to 1 MiB; larger ones growing
-// with the pool) and cuts them into blocks, merging blocks given back with
+// allocates segments sized to the pool (512 KiB first, each later one a
+// twelfth of what the pool holds, or a request's own size) and cuts them
+// into blocks, merging blocks given back with
 // their free neighbours. It holds close to the live peak where exact bins
 // can hold many times it; see the package doc.
 func WithArena() Option { return func(c *config) { c.arena = true } }

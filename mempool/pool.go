@@ -111,7 +111,7 @@ func newPool(call string, src source, opts []Option) (*Pool, error) {
 	if p.maxAlloc > 0 {
 		p.sizeCap = min(p.maxAlloc, maxRequest)
 	}
-	p.core = newCore(c, arenaAlignment(ctx), p.maxAlloc, limit)
+	p.core.init(c, arenaAlignment(ctx), p.maxAlloc, limit)
 	p.freed.L = &p.mu
 	if sanitize {
 		p.san = newSanitizer(p, c.san)

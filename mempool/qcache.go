@@ -54,6 +54,7 @@ const (
 	cacheBlocks   = 16                  // blocks a queue's cache holds
 	cacheMaxBlock = policy.SmallRequest // the largest block it holds
 	flushOps      = 64                  // operations summed before they go to the ledger
+	cacheShare    = 16                  // an arena's queue cache holds at most 1/cacheShare of the managed bytes
 )
 
 // qcache is a queue's cache. The padding keeps its lock and fields off the
@@ -65,6 +66,7 @@ type qcache struct {
 	d      qdelta                  // operations not yet in the ledger
 	slab   *[slabSize]PooledBuffer // handed out from slab[used:], each once
 	used   int
+	bytes  int64 // the sizes of blocks
 
 	lastSize, lastN int64 // the last request's size and its block size
 	_               [64]byte
@@ -166,6 +168,7 @@ func (p *Pool) allocateCached(size int64, r *qstate, pb *PooledBuffer) *PooledBu
 	}
 	c.blocks[last] = nil       // no stale pointer past the end
 	c.blocks = c.blocks[:last] // b.Uses is empty: see putCached
+	c.bytes -= b.Size
 	if pb != nil {
 		runtime.SetFinalizer(pb, (*PooledBuffer).reclaim)
 	} else {
@@ -191,8 +194,25 @@ func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 	r, b := pb.q, pb.blk
 	c := &r.c
 	if p.cacheState.Load() != cachesOn || r.ooo || !b.Seg.Small || b.Size > cacheMaxBlock || b.Seg.Oversize || b.Seg.Exact ||
-		len(c.blocks) == cacheBlocks || len(b.Uses) != 0 || p.hooks.Load() != nil {
+		len(b.Uses) != 0 || p.hooks.Load() != nil {
 		return false // len(b.Uses): RecordQueue adds to it under c.mu
+	}
+	if !p.arena {
+		if len(c.blocks) == cacheBlocks {
+			return false
+		}
+	} else {
+		// An arena's cache keeps recent sizes, and at most a share of
+		// what the pool manages: blocks of sizes no longer asked for
+		// would stay unmerged until a miss, and make the pool grow
+		// (BENCHMARKS.md, arena v2). The oldest go back to the pool.
+		limit := p.l.cacheCap.Load()
+		if b.Size > limit {
+			return false
+		}
+		for len(c.blocks) == cacheBlocks || c.bytes+b.Size > limit {
+			p.evictOldest(r)
+		}
 	}
 	if p.dropSafety {
 		runtime.SetFinalizer(pb, nil)
@@ -200,6 +220,7 @@ func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 	// b.Uses stays empty while b waits: only r may still use it, and r
 	// reuses it in order. drainCaches records r's use when b leaves.
 	c.blocks = append(c.blocks, b)
+	c.bytes += b.Size
 	c.d.put(b, size)
 	p.flushIfDue(r)
 	return true
@@ -282,28 +303,52 @@ func (p *Pool) drainCaches() (moved bool) {
 		p.lock()
 		p.flushCacheLocked(qs)
 		var gone []*segment
-		// Each block records r's use now, not at its Close: a marker
-		// started after now follows the Close too, so ordering stays
-		// right, at the price, at most, of a newer marker.
-		seq := qs.seq.Load()
 		for _, b := range qs.c.blocks {
-			if qs.id != 0 {
-				b.Uses = append(b.Uses, policy.Use{Queue: qs.id, Seq: seq})
-			}
-			p.l.uncache(b, qs)
-			if s := p.pol.Put(b); s != nil {
-				gone = append(gone, s)
-			}
+			gone = p.uncacheLocked(gone, qs, b)
 		}
 		moved = moved || len(qs.c.blocks) > 0
 		clear(qs.c.blocks)
-		qs.c.blocks = qs.c.blocks[:0]
+		qs.c.blocks, qs.c.bytes = qs.c.blocks[:0], 0
 		stale := p.forget(gone...)
 		p.mu.Unlock()
 		qs.c.mu.Unlock()
 		_ = p.freeSegments(gone, stale) // none today: cached blocks are never exact-size
 	}
 	return moved
+}
+
+// uncacheLocked gives b, taken out of qs's cache, back to the policy,
+// and appends to gone the segment the policy gives up, if any (none
+// today: cached blocks are never exact-size). b records qs's use now, not
+// at its Close: a marker started after now follows the Close too, so
+// ordering stays right, at the price, at most, of a newer marker. p.mu
+// must be held, and qs.c.mu, with qs's sums flushed.
+func (p *Pool) uncacheLocked(gone []*segment, qs *qstate, b *block) []*segment {
+	if qs.id != 0 {
+		b.Uses = append(b.Uses, policy.Use{Queue: qs.id, Seq: qs.seq.Load()})
+	}
+	p.l.uncache(b, qs)
+	if s := p.pol.Put(b); s != nil {
+		gone = append(gone, s)
+	}
+	return gone
+}
+
+// evictOldest gives the oldest block of r's cache back to the pool.
+// r.c.mu must be held, and r's cache must hold a block.
+func (p *Pool) evictOldest(r *qstate) {
+	c := &r.c
+	b := c.blocks[0]
+	last := len(c.blocks) - 1
+	copy(c.blocks, c.blocks[1:])
+	c.blocks[last] = nil
+	c.blocks, c.bytes = c.blocks[:last], c.bytes-b.Size
+	p.lock()
+	p.flushCacheLocked(r)
+	gone := p.uncacheLocked(nil, r, b)
+	stale := p.forget(gone...)
+	p.mu.Unlock()
+	_ = p.freeSegments(gone, stale)
 }
 
 // lockCaches locks every queue's cache, then p.mu, for a look at every

@@ -4,8 +4,9 @@ import "github.com/clpool/clpool/mempool/internal/policy"
 
 // SmallBlock, 1 MiB as in torch, splits the small pool from the large one
 // in the torch-style statistics: a block counts as small if it is of a
-// small segment, which with an arena serves requests up to SmallBlock,
-// and with exact bins is a block under SmallBlock. It is the policies'
+// small segment: with an arena, a segment made for a request of up to
+// SmallBlock (it may serve any request later); with exact bins, a block
+// under SmallBlock. It is the policies'
 // own split (policy.SmallRequest), of which it is the exported name.
 const SmallBlock = policy.SmallRequest
 

@@ -96,7 +96,7 @@ func TestWriteSummaryShowsTheStatistics(t *testing.T) {
 }
 
 // An arena splits segments: two 1000-byte requests take 1024-byte blocks
-// (the arena's 512-byte alignment) from one 2 MiB segment, and the first is
+// (the arena's 512-byte alignment) from one 512 KiB segment, and the first is
 // given back. Its block and the rest of the segment are free but cannot go
 // back to the device (non-releasable) while the second block holds the
 // segment. A request over the maximum split size gets an oversize segment
@@ -119,15 +119,15 @@ func TestWriteSummaryArena(t *testing.T) {
 		"| Allocated memory      |   3073 KiB |   3074 KiB |   3074 KiB |   1024 B   |\n" +
 			"|       from large pool |   3072 KiB |   3072 KiB |   3072 KiB |      0 B   |\n" +
 			"|       from small pool |      1 KiB |      2 KiB |      2 KiB |   1024 B   |\n",
-		"| Reserved memory       |   5120 KiB |   5120 KiB |   5120 KiB |      0 B   |\n" +
+		"| Reserved memory       |   3584 KiB |   3584 KiB |   3584 KiB |      0 B   |\n" +
 			"|       from large pool |   3072 KiB |   3072 KiB |   3072 KiB |      0 B   |\n" +
-			"|       from small pool |   2048 KiB |   2048 KiB |   2048 KiB |      0 B   |\n",
-		// 2 MiB less the 1024-byte block in use: 2096128 bytes. The rest
+			"|       from small pool |    512 KiB |    512 KiB |    512 KiB |      0 B   |\n",
+		// 512 KiB less the 1024-byte block in use: 523264 bytes. The rest
 		// of the segment was cut twice (freed: 1024 bytes), then a's block
 		// came back beside it.
-		"| Non-releasable memory |   2047 KiB |   2047 KiB |   2048 KiB |   1024 B   |\n" +
-			"|       from large pool |      0 KiB |      0 KiB |      0 KiB |      0 B   |\n" +
-			"|       from small pool |   2047 KiB |   2047 KiB |   2048 KiB |   1024 B   |\n",
+		"| Non-releasable memory | 523264 B   | 523264 B   | 524288 B   |   1024 B   |\n" +
+			"|       from large pool |      0 B   |      0 B   |      0 B   |      0 B   |\n" +
+			"|       from small pool | 523264 B   | 523264 B   | 524288 B   |   1024 B   |\n",
 		"| Reserved segments     |       2    |       2    |       2    |       0    |\n" +
 			"|       from large pool |       1    |       1    |       1    |       0    |\n" +
 			"|       from small pool |       1    |       1    |       1    |       0    |\n",

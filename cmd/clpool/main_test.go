@@ -31,12 +31,12 @@ func TestReplayPrintsEveryConfiguration(t *testing.T) {
 	// share offset 0; 100 (rounded to 256), alive with both, goes above:
 	// 4352 bytes. The raw allocators manage the live bytes.
 	assert.Equal(t, "0.964", strings.Split(lines[1], "\t")[7], "deferred: 4196 / 4352")
-	assert.Equal(t, "481.882", strings.Split(lines[6], "\t")[7], "pool-arena: 2 MiB / 4352")
+	assert.Equal(t, "120.471", strings.Split(lines[6], "\t")[7], "pool-arena: 512 KiB / 4352")
 	assert.Contains(t, errs.String(), "plan 4352 bytes")
 	// In its first run the pool misses all three: 4000 and 4096 are in
 	// different bins, so the freed 4096-byte block does not serve 4000.
 	arena := strings.Split(lines[6], "\t")
-	assert.Equal(t, []string{"pool-arena", "2", "1", "1", "2097152"}, []string{arena[0], arena[2], arena[3], arena[4], arena[5]},
+	assert.Equal(t, []string{"pool-arena", "2", "1", "1", "524288"}, []string{arena[0], arena[2], arena[3], arena[4], arena[5]},
 		"the arena cuts all three from one 2 MiB segment")
 	f := strings.Split(lines[4], "\t")
 	assert.Equal(t, []string{"pool-immediate", "0", "3", "3"}, []string{f[0], f[2], f[3], f[4]})

@@ -79,7 +79,7 @@ func TestPlanRunsReplaysConfigurations(t *testing.T) {
 	require.Len(t, rows, 2)
 	got := rows[1]
 	assert.Equal(t, []string{path, "3", "4196", "256", "4352", "1.037"}, got[:6])
-	assert.Equal(t, []string{"2097152", "481.882"}, got[8:10], "the arena cuts all three from one 2 MiB segment")
+	assert.Equal(t, []string{"524288", "120.471"}, got[8:10], "the arena cuts all three from one 512 KiB segment")
 	assert.Equal(t, []string{"4196", "0.964"}, got[10:12], "a raw allocator manages the live bytes")
 
 	var out, errs bytes.Buffer
@@ -100,7 +100,7 @@ func TestPlanRunsReplaysConfigurations(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	require.Len(t, lines, 3)
 	assert.Equal(t, strings.Fields("trace allocs live align plan plan/live pool-immediate /plan pool-arena /plan"), strings.Fields(lines[0]))
-	assert.Equal(t, []string{path, "3", "4196", "256", "4352", "1.037", got[6], got[7], "2097152", "481.882"}, strings.Fields(lines[1]))
+	assert.Equal(t, []string{path, "3", "4196", "256", "4352", "1.037", got[6], got[7], "524288", "120.471"}, strings.Fields(lines[1]))
 	assert.Equal(t, lines[1], lines[2])
 	assert.Contains(t, errs.String(), "replaying each trace once through pool-immediate, pool-arena on ")
 }

@@ -33,15 +33,22 @@ type Arena[T comparable] struct {
 
 	segs  []*Segment[T] // every segment
 	empty []*Segment[T] // the wholly free ones, in the order they became so
-	// The blocks and bytes of the idle segments (no block active, merged
-	// or not): the free set less them is the inactive split.
-	idleBlocks int
-	idleBytes  int64
-	counts     Counts  // its own free set
-	shared     *Counts // the policy's, where this arena's splits go in SplitBlocks[kind]
-	kind       int
-	stale      []T
-	spare      *Block[T] // blocks merged away, for split to reuse (linked by fnext)
+	bytes int64         // the bytes of every segment
+	// The free set, kept up to date: the policy's counts (or the arena's
+	// own), whose inactive split, by the segments' kinds, is the free
+	// blocks of the segments that have an active block.
+	counts *Counts
+	stale  []T
+	spare  *Block[T] // blocks merged away, for split to reuse (linked by fnext)
+}
+
+// kindOf returns the index of s's kind in Counts' SplitBlocks: 0 for a
+// small segment, 1 for a large one.
+func kindOf[T comparable](s *Segment[T]) uint8 {
+	if s.Small {
+		return 0
+	}
+	return 1
 }
 
 // NewArena returns an empty arena whose blocks are multiples of align (a
@@ -52,43 +59,18 @@ func NewArena[T comparable](align int64, leadingBits int) *Arena[T] {
 		panic(fmt.Sprintf("policy: arena alignment %d is not a power of two of at least %d", align, MinBlock))
 	}
 	lb := min(leadingBits, indexLeadingBits)
-	return &Arena[T]{align: align, lb: lb, sized: newFreeIndex[T](lb), shared: new(Counts)}
+	return &Arena[T]{align: align, lb: lb, sized: newFreeIndex[T](lb), counts: new(Counts)}
 }
 
-// free counts a change of the free set in the arena's counts and the
-// policy's.
-func (a *Arena[T]) free(blocks int, bytes int64) {
-	a.counts.FreeBlocks += blocks
-	a.counts.FreeBytes += bytes
-	a.shared.FreeBlocks += blocks
-	a.shared.FreeBytes += bytes
-}
+// FreeBytes returns the bytes of the free blocks.
+func (a *Arena[T]) FreeBytes() int64 { return a.counts.FreeBytes }
 
-// publish writes the arena's split blocks into the policy's counts.
-func (a *Arena[T]) publish() {
-	a.shared.SplitBlocks[a.kind] = a.counts.FreeBlocks - a.idleBlocks
-	a.shared.SplitBytes[a.kind] = a.counts.FreeBytes - a.idleBytes
-}
+// SplitBytes returns the bytes of the free blocks of segments that have
+// an active block.
+func (a *Arena[T]) SplitBytes() int64 { return a.counts.SplitBytes[0] + a.counts.SplitBytes[1] }
 
-// activate counts a block of s becoming active: s is no longer idle if
-// it was.
-func (a *Arena[T]) activate(s *Segment[T]) {
-	s.active++
-	if s.active == 1 {
-		a.idleBlocks -= s.blocks
-		a.idleBytes -= s.Size
-	}
-}
-
-// deactivate counts an active block of s becoming free: s is idle if it
-// was the last.
-func (a *Arena[T]) deactivate(s *Segment[T]) {
-	s.active--
-	if s.active == 0 {
-		a.idleBlocks += s.blocks
-		a.idleBytes += s.Size
-	}
-}
+// Bytes returns the bytes of every segment.
+func (a *Arena[T]) Bytes() int64 { return a.bytes }
 
 // Round returns the bytes of the block that serves a request of size: a
 // multiple of the alignment, at least one unit.
@@ -128,7 +110,6 @@ func (a *Arena[T]) GetOn(n int64, q int32) *Block[T] {
 		if b := a.quick.getOn(n, q); b != nil {
 			a.quick.remove(b)
 			a.take(b)
-			a.publish()
 			return b
 		}
 	}
@@ -141,7 +122,6 @@ func (a *Arena[T]) GetOn(n int64, q int32) *Block[T] {
 	a.take(b)
 	a.split(b, n)
 	a.unpark(b)
-	a.publish()
 	return b
 }
 
@@ -158,7 +138,6 @@ func (a *Arena[T]) GetWhole(n, slack int64) *Block[T] {
 		return nil
 	}
 	a.take(best.first)
-	a.publish()
 	return best.first
 }
 
@@ -167,13 +146,12 @@ func (a *Arena[T]) GetWhole(n, slack int64) *Block[T] {
 func (a *Arena[T]) Add(seg *Segment[T], n int64) *Block[T] {
 	b := &Block[T]{Seg: seg, Size: seg.Size}
 	seg.first, seg.blocks, seg.arena, seg.idx = b, 1, a, len(a.segs)
-	seg.active = 1
+	seg.active, seg.kind = 1, kindOf(seg)
 	a.segs = append(a.segs, seg)
+	a.bytes += seg.Size
 	a.counts.Segments++
-	a.shared.Segments++
 	a.split(b, n)
 	a.unpark(b)
-	a.publish()
 	return b
 }
 
@@ -194,11 +172,19 @@ func (a *Arena[T]) Waiting() int { return a.quick.n }
 // block now covers it (the segment is wholly free), else nil.
 func (a *Arena[T]) Put(b *Block[T]) (whole *Segment[T]) {
 	b.free = true
-	a.free(1, b.Size)
-	a.deactivate(b.Seg)
-	if a.quick.admits(b.Size) && !b.Seg.Oversize && !b.Whole() {
+	s, size := b.Seg, b.Size
+	c, k := a.counts, s.kind&1
+	c.FreeBlocks++
+	c.FreeBytes += size
+	if s.active--; s.active > 0 {
+		c.SplitBlocks[k]++
+		c.SplitBytes[k] += size
+	} else { // idle now: its other free blocks are no longer split
+		c.SplitBlocks[k] -= s.blocks - 1
+		c.SplitBytes[k] -= s.Size - size
+	}
+	if a.quick.admits(size) && !s.Oversize && !b.Whole() {
 		a.quick.push(b)
-		a.publish()
 		return nil
 	}
 	return a.coalesce(b)
@@ -222,11 +208,9 @@ func (a *Arena[T]) coalesce(b *Block[T]) (whole *Segment[T]) {
 		a.sized.push(b)
 	}
 	if !b.Whole() {
-		a.publish()
 		return nil
 	}
 	a.empty = append(a.empty, b.Seg)
-	a.publish()
 	return b.Seg
 }
 
@@ -250,9 +234,8 @@ func (a *Arena[T]) Remove(seg *Segment[T]) {
 	a.segs[seg.idx], last.idx = last, seg.idx
 	a.segs[len(a.segs)-1] = nil
 	a.segs = a.segs[:len(a.segs)-1]
+	a.bytes -= seg.Size
 	a.counts.Segments--
-	a.shared.Segments--
-	a.publish()
 	seg.arena = nil
 }
 
@@ -285,11 +268,10 @@ func (a *Arena[T]) LargestFree() int64 {
 }
 
 // Counts returns the sizes of the arena's free set, its split blocks
-// counted under its kind (0 unless the Arenas policy made it large).
+// counted by their segments' kind (small, or large), and its segments.
 func (a *Arena[T]) Counts() Counts {
-	c := a.counts
-	c.SplitBlocks[a.kind] = c.FreeBlocks - a.idleBlocks
-	c.SplitBytes[a.kind] = c.FreeBytes - a.idleBytes
+	c := *a.counts
+	c.Segments = len(a.segs)
 	return c
 }
 
@@ -305,14 +287,25 @@ func (a *Arena[T]) TakeStale(dst []T) []T {
 	return dst
 }
 
-// take marks a free block, already out of the index, active.
+// take marks a free block, already out of the index, active: out of the
+// free set, and its segment no longer idle if it was. (Put does the
+// converse.)
 func (a *Arena[T]) take(b *Block[T]) {
 	if b.Whole() {
 		a.forgetEmpty(b.Seg)
 	}
 	b.free = false
-	a.free(-1, -b.Size)
-	a.activate(b.Seg)
+	s, size := b.Seg, b.Size
+	c, k := a.counts, s.kind&1
+	c.FreeBlocks--
+	c.FreeBytes -= size
+	if s.active++; s.active > 1 {
+		c.SplitBlocks[k]--
+		c.SplitBytes[k] -= size
+	} else { // idle no more: its other free blocks are split
+		c.SplitBlocks[k] += s.blocks - 1
+		c.SplitBytes[k] += s.Size - size
+	}
 }
 
 // forgetEmpty takes seg off the list of wholly free segments.
@@ -346,7 +339,10 @@ func (a *Arena[T]) split(b *Block[T], n int64) {
 	a.dropCache(b)
 	b.Size = n
 	b.Seg.blocks++
-	a.free(1, rest)
+	a.counts.FreeBlocks++
+	a.counts.FreeBytes += rest
+	a.counts.SplitBlocks[b.Seg.kind&1]++ // b is active
+	a.counts.SplitBytes[b.Seg.kind&1] += rest
 	a.sized.push(r)
 }
 
@@ -361,10 +357,10 @@ func (a *Arena[T]) merge(b, n *Block[T]) {
 		n.next.prev = b
 	}
 	b.Seg.blocks--
-	if b.Seg.active == 0 {
-		a.idleBlocks--
+	a.counts.FreeBlocks--
+	if b.Seg.active > 0 {
+		a.counts.SplitBlocks[b.Seg.kind&1]--
 	}
-	a.free(-1, 0)
 	b.Uses = mergeUses(b.Uses, n.Uses)
 	*n = Block[T]{fnext: a.spare, Uses: n.Uses[:0]}
 	a.spare = n
@@ -433,9 +429,12 @@ func (a *Arena[T]) find(n int64) *Block[T] {
 // included, agree with the blocks counted afresh.
 func (a *Arena[T]) Check() error {
 	var c Counts
-	var splitBytes int64
-	sized, quick, splitBlocks, empty := 0, 0, 0, 0
+	var splitBytes [2]int64
+	var splitBlocks [2]int
+	var bytes int64
+	sized, quick, empty := 0, 0, 0
 	for i, s := range a.segs {
+		bytes += s.Size
 		if s.idx != i || s.arena != a {
 			return fmt.Errorf("segment %d: idx %d", i, s.idx)
 		}
@@ -491,15 +490,15 @@ func (a *Arena[T]) Check() error {
 			return fmt.Errorf("segment %d: %d active blocks, counted %d", i, active, s.active)
 		}
 		if active > 0 {
-			splitBlocks += n - active
-			splitBytes += free
+			splitBlocks[s.kind] += n - active
+			splitBytes[s.kind] += free
 		}
 	}
-	if c := a.Counts(); c.SplitBlocks[a.kind] != splitBlocks || c.SplitBytes[a.kind] != splitBytes {
-		return fmt.Errorf("inactive split %d blocks of %d bytes, counted %d of %d", splitBlocks, splitBytes, c.SplitBlocks[a.kind], c.SplitBytes[a.kind])
+	if c := a.Counts(); c.SplitBlocks != splitBlocks || c.SplitBytes != splitBytes {
+		return fmt.Errorf("inactive split %v blocks of %v bytes, counted %v of %v", splitBlocks, splitBytes, c.SplitBlocks, c.SplitBytes)
 	}
-	if a.shared.SplitBlocks[a.kind] != splitBlocks || a.shared.SplitBytes[a.kind] != splitBytes {
-		return fmt.Errorf("inactive split %d blocks of %d bytes, published %d of %d", splitBlocks, splitBytes, a.shared.SplitBlocks[a.kind], a.shared.SplitBytes[a.kind])
+	if bytes != a.bytes {
+		return fmt.Errorf("segments of %d bytes, counted %d", bytes, a.bytes)
 	}
 	for _, s := range a.empty {
 		if s.arena != a || !s.first.free || !s.first.Whole() {
@@ -509,8 +508,8 @@ func (a *Arena[T]) Check() error {
 	if empty != len(a.empty) {
 		return fmt.Errorf("%d segments wholly free, %d listed", empty, len(a.empty))
 	}
-	if c.FreeBlocks != a.counts.FreeBlocks || c.FreeBytes != a.counts.FreeBytes || len(a.segs) != a.counts.Segments {
-		return fmt.Errorf("counts %+v, counted %+v", c, a.counts)
+	if got := a.Counts(); c.FreeBlocks != got.FreeBlocks || c.FreeBytes != got.FreeBytes {
+		return fmt.Errorf("counts %+v, counted %+v", c, got)
 	}
 	if quick != a.quick.n || quick > a.quick.max {
 		return fmt.Errorf("%d blocks wait unmerged, %d counted, at most %d may", quick, a.quick.n, a.quick.max)

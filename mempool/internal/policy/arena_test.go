@@ -28,7 +28,8 @@ func TestArenaSplit(t *testing.T) {
 	require.NotNil(t, b2)
 	assert.Same(t, s, b2.Seg)
 	assert.Equal(t, int64(1024), b2.Off)
-	assert.Equal(t, policy.Counts{FreeBlocks: 1, FreeBytes: 2048, SplitBlocks: [2]int{1, 0}, SplitBytes: [2]int64{2048, 0}, Segments: 1}, a.Counts())
+	assert.Equal(t, policy.Counts{FreeBlocks: 1, FreeBytes: 2048, SplitBlocks: [2]int{0, 1}, SplitBytes: [2]int64{0, 2048}, Segments: 1}, a.Counts(),
+		"a segment not marked small is large")
 	a.Put(b1)
 	a.Put(b2)
 }
@@ -58,7 +59,7 @@ func TestArenaMerge(t *testing.T) {
 // still in use is not wholly free, so it is not released.
 func TestArenaFreeAllBlocksWithASplitBlockInUse(t *testing.T) {
 	p := policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)
-	b1 := p.Add(seg(policy.SmallSegment), 1024)
+	b1 := p.Add(seg(policy.FirstSegment), 1024)
 	b2 := p.Get(1024)
 	require.NotNil(t, b2)
 	p.Put(b1)
@@ -120,7 +121,7 @@ func TestOversizeSegmentsAreNeverSplit(t *testing.T) {
 	assert.True(t, p.Oversize(9<<20))
 	assert.False(t, p.Oversize(8<<20))
 	n := p.SegmentSize(9<<20 + 1)
-	assert.Equal(t, int64(9<<20+256<<10), n, "rounded to OwnUnit")
+	assert.Equal(t, int64(9<<20+policy.OwnUnit), n, "rounded to OwnUnit")
 	b := p.Add(seg(n), 9<<20+1)
 	assert.Equal(t, n, b.Size, "the whole segment, unsplit")
 	p.Put(b)
@@ -134,23 +135,51 @@ func TestOversizeSegmentsAreNeverSplit(t *testing.T) {
 }
 
 func TestSegmentSizes(t *testing.T) {
-	p := policy.NewArenas[int](512, 4, 0, 256<<20)
-	assert.Equal(t, int64(policy.SmallSegment), p.SegmentSize(1))
-	assert.Equal(t, int64(policy.SmallSegment), p.SegmentSize(1<<20))
-	assert.Equal(t, int64(3<<20+256<<10), p.SegmentSize(3<<20+1), "a tiny program pays for its request only, to OwnUnit")
-	assert.Equal(t, int64(199<<20), p.SegmentSize(199<<20), "over half the preferred size: its own segment")
-	assert.Equal(t, int64(199<<20+256<<10), p.SegmentSize(199<<20+1))
-	// The pool grows: a segment is 1/16 of what it holds.
+	const kib, mib = 1 << 10, 1 << 20
+	p := policy.NewArenas[int](512, 4, 0, 256*mib)
+	assert.Equal(t, int64(policy.FirstSegment), p.SegmentSize(1), "the first segment")
+	assert.Equal(t, int64(policy.FirstSegment), p.SegmentSize(policy.FirstSegment))
+	assert.Equal(t, int64(3*mib+4*kib), p.SegmentSize(3*mib+1), "a request past it: its own size, to OwnUnit")
+	assert.Equal(t, int64(128*mib), p.SegmentSize(128*mib), "half the preferred size or more: its own segment")
+	assert.Equal(t, int64(199*mib+4*kib), p.SegmentSize(199*mib+1))
+
+	// The pool grows by a twelfth of what it holds, less the free bytes
+	// of its segments in use, in 64 KiB units.
+	first := p.Add(p.NewSegment(1000), 1000)
+	assert.True(t, first.Seg.Small, "made for a small request")
+	assert.Equal(t, int64(policy.GrowthUnit), p.SegmentSize(1), "a twelfth of 512 KiB, less its free bytes: one unit")
 	var bs []*policy.Block[int]
-	for range 32 {
-		bs = append(bs, p.Add(seg(64<<20), 64<<20))
+	for range 8 {
+		b := p.Add(seg(32*mib), 32*mib)
+		assert.False(t, b.Seg.Small)
+		bs = append(bs, b)
 	}
-	assert.Equal(t, int64(128<<20), p.SegmentSize(3<<20))
-	assert.Equal(t, int64(128<<20), p.SegmentSize(3<<20), "the pool's ladder, not the policy, shrinks a refused segment")
-	for _, b := range bs {
-		p.Put(b)
+	step := func(held, free int64) int64 { return (held/12 - free + 64*kib - 1) / (64 * kib) * (64 * kib) }
+	held := int64(policy.FirstSegment + 8*32*mib)
+	free := int64(policy.FirstSegment) - first.Size
+	assert.Equal(t, step(held, free), p.SegmentSize(1))
+	assert.Equal(t, p.SegmentSize(1), p.SegmentSize(20*mib), "a request under the step takes the step")
+	assert.Equal(t, int64(36*mib), p.SegmentSize(36*mib), "one over it, its own size")
+
+	// A large request that outgrew a wholly free segment gets an eighth
+	// more: the wholly free 32 MiB segments are too small for 36 MiB.
+	for _, b := range bs[:4] {
+		require.Nil(t, p.Put(b))
 	}
-	assert.Len(t, p.BeforeGrow(1<<30), 32, "growing past the high-water mark frees the empty segments first")
+	assert.Equal(t, int64(36*mib+36*mib/8), p.SegmentSize(36*mib), "36 MiB outgrew a 32 MiB segment")
+	assert.Equal(t, int64(44*mib), p.SegmentSize(44*mib), "44 MiB is not a growth of 32 MiB")
+	assert.Equal(t, step(held, free), p.SegmentSize(1), "the idle segments' bytes are not scattered free bytes")
+	b := p.Get(16 * mib)
+	require.NotNil(t, b)
+	require.Nil(t, p.Put(b))
+	assert.Equal(t, step(held, free), p.SegmentSize(1), "nor the blocks waiting unmerged in an idle segment")
+	b = p.Get(16 * mib)
+	c := p.Get(mib)
+	assert.Equal(t, step(held, free+16*mib-c.Size), p.SegmentSize(1), "the free bytes of a segment in use are")
+	p.Put(b)
+	p.Put(c)
+	assert.Len(t, p.BeforeGrow(1<<30), 4, "growing past the high-water mark frees the empty segments first")
+	require.NoError(t, p.Check())
 }
 
 func TestBinsAreLIFOAndExact(t *testing.T) {
@@ -198,30 +227,61 @@ func TestSegmentBlocksCoverIt(t *testing.T) {
 // its slack past its high-water mark; TakeKept then gives them up, and
 // past the slack BeforeGrow does.
 func TestArenasSlackBeforeGrowing(t *testing.T) {
+	const mib = 1 << 20
 	p := policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)
 	grow := func(size int64) *policy.Block[int] {
 		require.Nil(t, p.Get(size))
 		require.Empty(t, p.BeforeGrow(size))
-		return p.Add(p.NewSegment(size), size)
+		b := p.Add(p.NewSegment(size), size)
+		require.Equal(t, size, b.Seg.Size)
+		return b
 	}
-	big := grow(32 << 20)
-	kept := grow(32 << 20)
-	require.Nil(t, p.Put(kept)) // wholly free: 64 MiB held, the high-water mark
-
-	// A small segment (2 MiB) passes the mark but not 1/16 of the 64
-	// MiB the blocks once took: the free segment stays.
-	assert.Empty(t, p.BeforeGrow(1000))
-	assert.Empty(t, p.TakeKept(0), "nothing past the mark yet")
-	gone := p.TakeKept(policy.SmallSegment)
-	require.Len(t, gone, 1)
-	assert.Equal(t, int64(32<<20), gone[0].Size)
-
+	big := grow(48 * mib)
+	kept := grow(16 * mib)
+	require.Nil(t, p.Put(kept))
 	require.Nil(t, p.Put(big))
-	// 34 MiB more passes the mark (32 + 34 > 64 MiB) within the slack;
-	// 40 MiB passes the slack too: the wholly free 32 MiB goes.
-	assert.Empty(t, p.BeforeGrow(34<<20))
-	gone = p.BeforeGrow(40 << 20)
+	require.Same(t, big.Seg, p.TakeLargest()) // 16 MiB held, 64 the mark and the peak
+
+	// 24 MiB more stays under the mark (64 MiB): the free 16 MiB stays.
+	require.Nil(t, p.Get(24*mib), "16 MiB does not serve 24")
+	assert.Empty(t, p.BeforeGrow(24*mib))
+	assert.Empty(t, p.TakeKept(24*mib), "nothing past the mark yet")
+	// 50 MiB passes the mark but not 1/16 past the 64 MiB the blocks
+	// once took: BeforeGrow keeps it; TakeKept (a refused segment) not.
+	require.Equal(t, int64(50*mib), p.SegmentSize(50*mib))
+	assert.Empty(t, p.BeforeGrow(50*mib))
+	gone := p.TakeKept(50 * mib)
 	require.Len(t, gone, 1)
-	assert.Equal(t, int64(32<<20), gone[0].Size)
+	assert.Equal(t, int64(16*mib), gone[0].Size)
+
+	// 60 MiB passes the slack too: the wholly free 16 MiB goes.
+	require.Nil(t, p.Put(grow(16*mib)))
+	gone = p.BeforeGrow(60 * mib)
+	require.Len(t, gone, 1)
+	assert.Equal(t, int64(16*mib), gone[0].Size)
+	require.NoError(t, p.Check())
+}
+
+// A pool that fills with arrays that never quite fill its segments, none
+// given back, grows geometrically still: the segments' tails are free
+// bytes of segments in use, and without a floor on the growth step they
+// took it to nothing, and the pool to one segment per array (the fuzzer
+// found it: 6,000 arrays of 4.75 MiB took 25 s to check).
+func TestArenaGrowsGeometricallyWhateverItsTails(t *testing.T) {
+	p := policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)
+	const n, size = 3000, 19 << 18 // 4.75 MiB
+	segs := 0
+	for range n {
+		if p.Get(size) == nil {
+			s := p.NewSegment(size)
+			require.Empty(t, p.BeforeGrow(size))
+			p.Add(s, size)
+			segs++
+		}
+	}
+	// It grows by a 48th at least, up to 256 MiB segments: 240 of them
+	// for the 14 GiB (one per array without the floor).
+	assert.Less(t, segs, n/10, "%d segments for %d arrays", segs, n)
+	t.Logf("%d segments for %d arrays", segs, n)
 	require.NoError(t, p.Check())
 }

@@ -2,88 +2,108 @@ package policy
 
 import "fmt"
 
-// Sizes of the arena policy's segments, as torch's caching allocator has
-// them for its small pool.
+// SmallRequest splits small requests from large ones: a segment made for
+// a request of up to this many bytes is a small segment (torch's small
+// pool, for the pool's statistics), and blocks of up to this many bytes
+// given back may wait unmerged (see DefaultQuick). The arena itself
+// serves every request from any segment.
+const SmallRequest = 1 << 20
+
+// Sizes of the arena policy's segments. The first segment is
+// FirstSegment bytes; each one after grows the pool by 1/GrowthDivisor of
+// what it holds less the free bytes of its segments in use, and at least
+// 1/MinGrowthDivisor of it, in multiples of GrowthUnit and at least one;
+// a request larger than that gets a segment of its own size, rounded to
+// OwnUnit. So a pool of up to 512 KiB takes one segment, a larger one
+// grows a twelfth at a time, and a pool whose free bytes are scattered
+// in holes too small for a request grows by little more than that
+// request: the holes are the growth it would have made. The floor keeps
+// a pool that fills with arrays that never quite fill its segments
+// (their tails scattered free bytes) from growing by one request at a
+// time. TestArenaHoldsCloseToTheLivePeak replays the traces these were
+// chosen on.
 const (
-	SmallRequest = 1 << 20 // requests up to this come from small segments
-	SmallSegment = 2 << 20 // the size of a small segment
-	LargeUnit    = 2 << 20 // large segments grown with the pool are multiples of this
-	// OwnUnit rounds a large segment made to the size of its request (a
-	// request larger than the pool's growth step, or oversize): finer
-	// than LargeUnit, since the tail past the request serves only what
-	// fits it, and a 2 MiB unit wasted up to a third of a 4-6 MiB array.
-	OwnUnit = 256 << 10
+	FirstSegment     = 512 << 10
+	GrowthDivisor    = 12
+	MinGrowthDivisor = 48
+	GrowthUnit       = 64 << 10
+	OwnUnit          = 4 << 10
+	// A request of over 1/BigDivisor of the pool that outgrew a wholly
+	// free segment (one of at least 3/4 of its size, and less) gets a
+	// segment 1/HeadroomDivisor larger than itself: arrays that grow a
+	// little every round (a sort of a growing set) then take a segment
+	// every few rounds, not one per array per round.
+	BigDivisor      = 16
+	HeadroomDivisor = 8
 	// OversizeSlack is how much larger than an oversize request a free
 	// oversize segment that serves it may be (torch's kLargeBuffer).
 	OversizeSlack = 20 << 20
 )
 
-// DefaultQuick is how many blocks given back to the small arena may wait
-// unmerged (see Arena), so that a program that allocates and frees the
-// same sizes over and over neither splits nor merges. A few suffice: more
-// change where other requests go, and gave higher peaks on mixed sizes
-// (see BENCHMARKS.md).
+// DefaultQuick is how many blocks of up to SmallRequest bytes given back
+// may wait unmerged (see Arena), so that a program that allocates and
+// frees the same sizes over and over neither splits nor merges. A few
+// suffice: more change where other requests go, and gave higher peaks on
+// mixed sizes (see BENCHMARKS.md).
 const DefaultQuick = 4
 
-// DefaultPreferredSegment is the largest size a large segment grows to:
-// a request over half of it gets a segment of its own.
+// DefaultPreferredSegment is the largest size a segment grows to: a
+// request over half of it gets a segment of its own.
 const DefaultPreferredSegment = 256 << 20
-
-// GrowthDivisor sets how a large segment grows with the pool: it is
-// 1/GrowthDivisor of the bytes the pool already holds (between the request
-// rounded to OwnUnit and the preferred size), so that the unused tail of
-// the newest segment stays a small part of the whole. VMA's fixed steps
-// (1/8, 1/4, 1/2 of 256 MiB) manage more than twice the live peak of a
-// real trace; see BENCHMARKS.md.
-const GrowthDivisor = 16
 
 // GrowSlack is how far past the most bytes its blocks ever took (a
 // 1/GrowSlack part of them) the arena grows before it frees wholly free
 // segments to make room (see BeforeGrow).
 const GrowSlack = 16
 
-// Arenas is the splitting-arena policy: two arenas, small and large, as
-// torch keeps a small and a large pool, so that long-lived small blocks do
-// not pin large segments.
+// Arenas is the splitting-arena policy: one arena whose segments grow
+// with the pool (see SegmentSize). Torch keeps small and large requests
+// in pools of their own, so that long-lived small blocks do not pin
+// large segments; measured on recorded and synthetic traces, keeping
+// them apart cost up to 7 times the device allocations for a few
+// percent of peak memory on the largest pools, and more memory on small
+// ones, so they share one arena here, and Segment.Small only marks the
+// segments made for small requests, for the statistics and the pool's
+// queue caches (which hold blocks of small segments only).
 //
 // Wholly free segments are kept for reuse until the pool is about to grow
 // past the most it has ever held and a slack over the most its blocks
 // ever took: then they go first (BeforeGrow), as they cannot serve the
-// request that grows it. FreeHeld and the out-of-memory
-// ladder free them too (TakeLargest).
+// request that grows it. FreeHeld and the out-of-memory ladder free them
+// too (TakeLargest).
 type Arenas[T comparable] struct {
-	small, large *Arena[T]
-	maxSplit     int64 // requests over it are oversize; 0: none are
-	preferred    int64
-	exact        int   // exact-size segments, never in an arena
-	reserved     int64 // the bytes of every segment
-	highWater    int64 // the most reserved has been
-	activePeak   int64 // the most bytes of active blocks yet
-	counts       Counts
+	a          *Arena[T]
+	maxSplit   int64 // requests over it are oversize; 0: none are
+	preferred  int64
+	unit, own  int64 // GrowthUnit and OwnUnit, at least the alignment
+	exact      int   // exact-size segments, never in the arena
+	reserved   int64 // the bytes of every segment
+	highWater  int64 // the most reserved has been
+	activePeak int64 // the most bytes of active blocks yet
+	counts     Counts
+	gone       []int64 // the sizes of the segments TakeKept gave up since the last Add
 }
 
 // NewArenas returns the policy with blocks aligned to align, size classes
 // of leadingBits bits, requests over maxSplit (if positive) served whole by
-// oversize segments, and large segments up to preferred bytes.
+// oversize segments, and segments up to preferred bytes.
 func NewArenas[T comparable](align int64, leadingBits int, maxSplit, preferred int64) *Arenas[T] {
-	p := &Arenas[T]{
-		small: NewArena[T](align, leadingBits), large: NewArena[T](align, leadingBits),
-		maxSplit: maxSplit, preferred: preferred,
-	}
-	p.small.shared, p.large.shared, p.large.kind = &p.counts, &p.counts, 1
-	p.small.SetQuick(DefaultQuick, SmallRequest)
+	p := &Arenas[T]{a: NewArena[T](align, leadingBits), maxSplit: maxSplit, preferred: preferred}
+	p.unit, p.own = max(GrowthUnit, p.a.align), max(OwnUnit, p.a.align)
+	p.a.counts = &p.counts
+	p.a.SetQuick(DefaultQuick, SmallRequest)
 	return p
 }
 
-// SetQuickMax sets how many blocks given back to the small arena may wait
-// unmerged (DefaultQuick unless set); 0 merges every block at once.
-func (p *Arenas[T]) SetQuickMax(n int) { p.small.SetQuick(n, SmallRequest) }
+// SetQuickMax sets how many blocks given back may wait unmerged
+// (DefaultQuick unless set); 0 merges every block at once.
+func (p *Arenas[T]) SetQuickMax(n int) { p.a.SetQuick(n, SmallRequest) }
 
 // Waiting returns how many blocks given back wait unmerged.
-func (p *Arenas[T]) Waiting() int { return p.small.Waiting() }
+func (p *Arenas[T]) Waiting() int { return p.a.Waiting() }
 
 // Round returns the bytes of the block that serves a request of size.
-func (p *Arenas[T]) Round(size int64) int64 { return p.small.Round(size) }
+func (p *Arenas[T]) Round(size int64) int64 { return p.a.Round(size) }
 
 // BlockSize returns the bytes of the block that serves a request of size.
 func (p *Arenas[T]) BlockSize(size int64) int64 { return p.Round(size) }
@@ -92,13 +112,6 @@ func (p *Arenas[T]) BlockSize(size int64) int64 { return p.Round(size) }
 // oversize segment, never split.
 func (p *Arenas[T]) Oversize(size int64) bool {
 	return p.maxSplit > 0 && p.Round(size) > p.maxSplit
-}
-
-func (p *Arenas[T]) arenaFor(n int64) *Arena[T] {
-	if n <= SmallRequest {
-		return p.small
-	}
-	return p.large
 }
 
 // Get returns a free block for a request of size, now active; nil if none
@@ -111,9 +124,9 @@ func (p *Arenas[T]) GetOn(size int64, q int32) *Block[T] {
 	n := p.Round(size)
 	var b *Block[T]
 	if p.Oversize(size) {
-		b = p.large.GetWhole(n, OversizeSlack)
+		b = p.a.GetWhole(n, OversizeSlack)
 	} else {
-		b = p.arenaFor(n).GetOn(n, q)
+		b = p.a.GetOn(n, q)
 	}
 	if b != nil {
 		p.noteActive()
@@ -126,28 +139,68 @@ func (p *Arenas[T]) noteActive() {
 	p.activePeak = max(p.activePeak, p.reserved-p.counts.FreeBytes)
 }
 
-// SegmentSize returns the bytes of a new segment for a request of size.
-// A small request gets a SmallSegment. A large one gets 1/GrowthDivisor of
-// what the pool holds rounded to LargeUnit, at most the preferred size,
-// and at least the request rounded to OwnUnit; a request over half the preferred size, or
-// oversize, gets a segment of its own, rounded to OwnUnit.
+// SegmentSize returns the bytes of a new segment for a request of size
+// (see the constants above): the first is FirstSegment; one after grows
+// the pool by 1/GrowthDivisor of what the arena holds less the free bytes
+// of its segments in use, at least 1/MinGrowthDivisor of it (rounded up
+// to GrowthUnit, at least one unit, at most the preferred size), or, if
+// the request's block is larger, is
+// that block rounded to OwnUnit, with 1/HeadroomDivisor more if it is a
+// large request that outgrew a wholly free segment. A request over half
+// the preferred size, or oversize, gets a segment of its own, rounded to
+// OwnUnit.
 func (p *Arenas[T]) SegmentSize(size int64) int64 {
 	n := p.Round(size)
-	if n <= SmallRequest {
-		return SmallSegment
-	}
-	own := roundUp(n, OwnUnit)
+	own := roundUp(n, p.own)
 	if p.Oversize(size) || n > p.preferred/2 {
 		return own
 	}
-	grown := min(p.preferred, roundUp(p.reserved/GrowthDivisor, LargeUnit))
-	return max(grown, own)
+	held := p.a.Bytes()
+	step := min(p.preferred, roundUp(FirstSegment, p.unit))
+	if held > 0 {
+		// The free bytes of the segments in use: the idle ones are as
+		// good as gone, as BeforeGrow frees them first.
+		scattered := p.a.SplitBytes()
+		grow := max(held/GrowthDivisor-scattered, held/MinGrowthDivisor)
+		step = min(p.preferred, max(p.unit, roundUp(grow, p.unit)))
+	}
+	if n <= step {
+		return step
+	}
+	if n > held/BigDivisor && p.outgrew(n) {
+		own = roundUp(n+n/HeadroomDivisor, p.own)
+	}
+	return own
+}
+
+// outgrew reports whether a request's block of n bytes is larger than a
+// wholly free segment of at least 3/4 of n, or one that TakeKept (or
+// BeforeGrow) gave up since the last new segment: the pool may call
+// BeforeGrow, drain its queue caches into the policy, and size the
+// segment again, and the segments BeforeGrow freed the first time count.
+func (p *Arenas[T]) outgrew(n int64) bool {
+	for _, s := range p.a.empty {
+		if !s.Oversize && s.Size < n && s.Size >= n-n/4 {
+			return true
+		}
+	}
+	for _, size := range p.gone {
+		if size < n && size >= n-n/4 {
+			return true
+		}
+	}
+	return false
 }
 
 // NewSegment returns a segment, not yet allocated, for a request of size:
-// SegmentSize bytes, marked small or oversize as Add will place it.
+// SegmentSize bytes, marked small or oversize as Add will mark it.
 func (p *Arenas[T]) NewSegment(size int64) *Segment[T] {
-	return &Segment[T]{Size: p.SegmentSize(size), Small: p.Round(size) <= SmallRequest, Oversize: p.Oversize(size)}
+	return &Segment[T]{Size: p.SegmentSize(size), Small: p.small(size), Oversize: p.Oversize(size)}
+}
+
+// small reports whether a segment made for a request of size is small.
+func (p *Arenas[T]) small(size int64) bool {
+	return p.Round(size) <= SmallRequest && !p.Oversize(size)
 }
 
 // BeforeGrow is called on a miss, before a new segment is made for a
@@ -179,12 +232,16 @@ func (p *Arenas[T]) TakeKept(n int64) []*Segment[T] {
 	var out []*Segment[T]
 	for s := p.TakeLargest(); s != nil; s = p.TakeLargest() {
 		out = append(out, s)
+		if !s.Oversize {
+			p.gone = append(p.gone, s.Size)
+		}
 	}
 	return out
 }
 
 // Add registers a new segment and returns the block for a request of size
-// cut from it, active.
+// cut from it, active. It marks the segment small or oversize by the
+// request.
 func (p *Arenas[T]) Add(seg *Segment[T], size int64) *Block[T] {
 	p.reserved += seg.Size
 	p.highWater = max(p.highWater, p.reserved)
@@ -198,11 +255,9 @@ func (p *Arenas[T]) Add(seg *Segment[T], size int64) *Block[T] {
 		p.noteActive()
 		return b
 	}
-	n := p.Round(size)
-	seg.Oversize = p.Oversize(size)
-	a := p.arenaFor(n)
-	seg.Small = a == p.small
-	b := a.Add(seg, n)
+	seg.Oversize, seg.Small = p.Oversize(size), p.small(size)
+	p.gone = p.gone[:0]
+	b := p.a.Add(seg, p.Round(size))
 	p.noteActive()
 	return b
 }
@@ -216,24 +271,22 @@ func (p *Arenas[T]) Put(b *Block[T]) (release *Segment[T]) {
 		p.reserved -= b.Seg.Size
 		return b.Seg
 	}
-	b.Seg.arena.Put(b)
+	p.a.Put(b)
 	return nil
 }
 
 // TakeLargest removes the largest wholly free segment and returns it for
 // the pool to free; nil if there is none.
 func (p *Arenas[T]) TakeLargest() *Segment[T] {
-	p.small.Flush()
+	p.a.Flush()
 	var best *Segment[T]
-	for _, a := range []*Arena[T]{p.large, p.small} {
-		for _, s := range a.empty {
-			if best == nil || s.Size > best.Size {
-				best = s
-			}
+	for _, s := range p.a.empty {
+		if best == nil || s.Size > best.Size {
+			best = s
 		}
 	}
 	if best != nil {
-		best.arena.Remove(best)
+		p.a.Remove(best)
 		p.reserved -= best.Size
 	}
 	return best
@@ -242,50 +295,37 @@ func (p *Arenas[T]) TakeLargest() *Segment[T] {
 // TakeFreeIf removes a wholly free segment whose block pred accepts and
 // returns it for the pool to free; nil if there is none.
 func (p *Arenas[T]) TakeFreeIf(pred func(*Block[T]) bool) *Segment[T] {
-	p.small.Flush()
-	for _, a := range []*Arena[T]{p.large, p.small} {
-		for _, s := range a.empty {
-			if pred(s.first) {
-				a.Remove(s)
-				p.reserved -= s.Size
-				return s
-			}
+	p.a.Flush()
+	for _, s := range p.a.empty {
+		if pred(s.first) {
+			p.a.Remove(s)
+			p.reserved -= s.Size
+			return s
 		}
 	}
 	return nil
 }
 
 // LargestFree returns the size of the largest free block.
-func (p *Arenas[T]) LargestFree() int64 {
-	return max(p.small.LargestFree(), p.large.LargestFree())
-}
+func (p *Arenas[T]) LargestFree() int64 { return p.a.LargestFree() }
 
-// Counts returns the sizes of the free set of both arenas, kept up to
-// date: read it, do not change it.
+// Counts returns the sizes of the free set, kept up to date: read it, do
+// not change it.
 func (p *Arenas[T]) Counts() *Counts { return &p.counts }
 
-// TakeStale appends the caches both arenas dropped to dst.
-func (p *Arenas[T]) TakeStale(dst []T) []T {
-	return p.large.TakeStale(p.small.TakeStale(dst))
-}
+// TakeStale appends the caches the arena dropped to dst.
+func (p *Arenas[T]) TakeStale(dst []T) []T { return p.a.TakeStale(dst) }
 
-// Check verifies both arenas' invariants, for tests.
+// Check verifies the arena's invariants and the policy's counts, for
+// tests.
 func (p *Arenas[T]) Check() error {
-	if err := p.small.Check(); err != nil {
+	if err := p.a.Check(); err != nil {
 		return err
 	}
-	if err := p.large.Check(); err != nil {
-		return err
-	}
-	s, l := p.small.Counts(), p.large.Counts()
-	want := Counts{
-		FreeBlocks: s.FreeBlocks + l.FreeBlocks, FreeBytes: s.FreeBytes + l.FreeBytes,
-		SplitBlocks: [2]int{s.SplitBlocks[0], l.SplitBlocks[1]},
-		SplitBytes:  [2]int64{s.SplitBytes[0], l.SplitBytes[1]},
-		Segments:    s.Segments + l.Segments + p.exact,
-	}
+	want := p.a.Counts()
+	want.Segments += p.exact
 	if want != p.counts {
-		return fmt.Errorf("policy counts %+v, arenas count %+v", p.counts, want)
+		return fmt.Errorf("policy counts %+v, arena counts %+v", p.counts, want)
 	}
 	return nil
 }

@@ -109,8 +109,9 @@ func BenchmarkArenaReplay(b *testing.B) {
 			if e.Op == trace.Alloc {
 				blk := p.Get(e.Size)
 				if blk == nil {
+					s := p.NewSegment(e.Size)
 					p.BeforeGrow(e.Size)
-					blk = p.Add(p.NewSegment(e.Size), e.Size)
+					blk = p.Add(s, e.Size)
 				}
 				blocks[e.ID] = blk
 				continue

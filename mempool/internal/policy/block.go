@@ -13,8 +13,9 @@ type Segment[T comparable] struct {
 	// maximum split size: its block is never split (torch's oversize
 	// segments).
 	Oversize bool
-	// Small marks a segment of the small pool (torch's small_pool): the
-	// arena's small segments, or a bin's block under 1 MiB.
+	// Small marks a segment of the small pool (torch's small_pool): an
+	// arena's segment made for a request of up to SmallRequest bytes (its
+	// blocks serve any request), or a bin's block under 1 MiB.
 	Small bool
 
 	parked []parked[T] // caches of ranges that were blocks, for when they are again
@@ -23,6 +24,7 @@ type Segment[T comparable] struct {
 	first  *Block[T]   // the block at offset 0
 	arena  *Arena[T]   // the arena it belongs to; nil in Bins
 	idx    int         // its index in the arena's segs
+	kind   uint8       // Small's index in Counts' SplitBlocks, as the arena counts it
 }
 
 // parked is the cache of a range that was a block and may be again.

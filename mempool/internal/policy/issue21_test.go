@@ -174,7 +174,7 @@ func TestNoInactiveSplitOnAnIdleArena(t *testing.T) {
 	c := *p.Counts()
 	assert.Equal(t, [2]int{}, c.SplitBlocks, "nothing active: no inactive split")
 	assert.Equal(t, [2]int64{}, c.SplitBytes)
-	assert.Equal(t, int64(policy.SmallSegment), c.FreeBytes)
+	assert.Equal(t, int64(policy.FirstSegment), c.FreeBytes)
 
 	// One block active again: every other free block is split.
 	b := p.Get(3000)
@@ -183,7 +183,7 @@ func TestNoInactiveSplitOnAnIdleArena(t *testing.T) {
 	require.NoError(t, p.Check())
 	c = *p.Counts()
 	assert.Equal(t, [2]int{c.FreeBlocks, 0}, c.SplitBlocks)
-	assert.Equal(t, [2]int64{policy.SmallSegment - b.Size, 0}, c.SplitBytes)
+	assert.Equal(t, [2]int64{policy.FirstSegment - b.Size, 0}, c.SplitBytes)
 	assert.Equal(t, c.FreeBytes, c.SplitBytes[0])
 
 	// A large segment, with an active block: its free blocks are split;
@@ -228,13 +228,13 @@ func TestNoInactiveSplitOnAnIdleBareArena(t *testing.T) {
 	require.NotZero(t, a.Waiting(), "some blocks wait unmerged")
 	require.NoError(t, a.Check())
 	c := a.Counts()
-	assert.Zero(t, c.SplitBlocks[0])
-	assert.Zero(t, c.SplitBytes[0])
+	assert.Zero(t, c.SplitBlocks)
+	assert.Zero(t, c.SplitBytes)
 	b := a.Get(512)
 	require.NoError(t, a.Check())
 	c = a.Counts()
-	assert.Equal(t, c.FreeBlocks, c.SplitBlocks[0])
-	assert.Equal(t, int64(1<<20)-b.Size, c.SplitBytes[0])
+	assert.Equal(t, [2]int{0, c.FreeBlocks}, c.SplitBlocks, "a segment not marked small is large")
+	assert.Equal(t, [2]int64{0, int64(1<<20) - b.Size}, c.SplitBytes)
 	a.Put(b)
 	a.Flush()
 	assert.Equal(t, policy.Counts{FreeBlocks: 1, FreeBytes: 1 << 20, Segments: 1}, a.Counts())

@@ -1,7 +1,6 @@
 package policy_test
 
 import (
-	"math/rand/v2"
 	"path/filepath"
 	"testing"
 
@@ -31,7 +30,8 @@ type simResult struct {
 func (r simResult) ratio() float64 { return float64(r.peakManaged) / float64(r.peakLive) }
 
 // simulate replays events through p as the pool would, without a device:
-// a miss makes a new segment.
+// a miss makes a new segment, sized before BeforeGrow frees what it
+// gives up (the pool's order: see mempool's core.decide).
 func simulate(t testing.TB, events []trace.Event, p placement) simResult {
 	var r simResult
 	var managed, live int64
@@ -43,10 +43,10 @@ func simulate(t testing.TB, events []trace.Event, p placement) simResult {
 			r.allocs++
 			b := p.Get(e.Size)
 			if b == nil {
+				s := p.NewSegment(e.Size)
 				for _, s := range p.BeforeGrow(e.Size) {
 					managed -= s.Size
 				}
-				s := p.NewSegment(e.Size)
 				b = p.Add(s, e.Size)
 				managed += s.Size
 				r.segments++
@@ -67,117 +67,147 @@ func simulate(t testing.TB, events []trace.Event, p placement) simResult {
 	return r
 }
 
+// cacheBlocks and cacheMaxBlock are the pool's queue caches' limits
+// (mempool/qcache.go): a queue's cache keeps up to 16 blocks of up to
+// SmallRequest bytes of small segments, given back, for requests of
+// exactly their size.
+const cacheBlocks, cacheMaxBlock = 16, policy.SmallRequest
+
+// simulateCached is simulate with the pool's cache of the requests on no
+// queue in front of p, as the pool has it by default: a block of a small
+// segment given back waits in the cache while there is room; a request
+// takes the newest cached block of its block's size; a miss sizes a new
+// segment and calls BeforeGrow (whose segments the pool frees), then
+// drains the cache into p and decides again, as the pool does
+// (mempool's serve).
+func simulateCached(t testing.TB, events []trace.Event, p placement, round func(int64) int64) simResult {
+	var r simResult
+	var managed, live int64
+	var cache []*policy.Block[int]
+	blocks := map[int64]*policy.Block[int]{}
+	sizes := map[int64]int64{}
+	drain := func() bool {
+		for _, b := range cache {
+			if s := p.Put(b); s != nil {
+				managed -= s.Size
+			}
+		}
+		moved := len(cache) > 0
+		cache = cache[:0]
+		return moved
+	}
+	for _, e := range events {
+		switch e.Op {
+		case trace.Alloc:
+			r.allocs++
+			var b *policy.Block[int]
+			if n := round(e.Size); n <= cacheMaxBlock {
+				for i := len(cache) - 1; i >= 0; i-- {
+					if cache[i].Size == n {
+						b = cache[i]
+						cache = append(cache[:i], cache[i+1:]...)
+						break
+					}
+				}
+			}
+			mayDrain := true
+			for b == nil {
+				if b = p.Get(e.Size); b != nil {
+					break
+				}
+				s := p.NewSegment(e.Size)
+				for _, s := range p.BeforeGrow(e.Size) {
+					managed -= s.Size
+				}
+				if mayDrain {
+					mayDrain = false
+					if drain() {
+						continue
+					}
+				}
+				b = p.Add(s, e.Size)
+				managed += s.Size
+				r.segments++
+			}
+			require.GreaterOrEqual(t, b.Size, e.Size)
+			blocks[e.ID], sizes[e.ID] = b, e.Size
+			live += e.Size
+		case trace.Free:
+			b := blocks[e.ID]
+			ok := b.Seg.Small && b.Size <= cacheMaxBlock && !b.Seg.Oversize && !b.Seg.Exact
+			if ok && len(cache) < cacheBlocks {
+				cache = append(cache, b)
+			} else if s := p.Put(b); s != nil {
+				managed -= s.Size
+			}
+			live -= sizes[e.ID]
+			delete(blocks, e.ID)
+		}
+		r.peakManaged = max(r.peakManaged, managed)
+		r.peakLive = max(r.peakLive, live)
+	}
+	return r
+}
+
 func readTrace(t testing.TB, name string) []trace.Event {
 	events, err := trace.ReadFile(filepath.Join("..", "..", "..", "testdata", name))
 	require.NoError(t, err)
 	return events
 }
 
-// synthetic traces stand in for the workloads the real ones lack.
-func synthetic() map[string][]trace.Event {
-	return map[string][]trace.Event{
-		"random-mixed": randomMixed(rand.New(rand.NewPCG(1, 2)), 20000),
-		"radix-sort":   radixSort(1<<22, 30),
-		"radix-two":    twoPipelines(100),
-	}
+// torchLike is the issue's reference: torch's caching allocator's
+// segment sizes (2 MiB for requests up to 1 MiB, 20 MiB below 10 MiB,
+// larger ones rounded to 2 MiB), its small and large pools apart (two
+// arenas), best fit, blocks merged at once, every wholly free segment
+// released before growing.
+type torchLike struct{ small, large *policy.Arenas[int] }
+
+func newTorchLike() torchLike {
+	t := torchLike{policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment), policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)}
+	t.small.SetQuickMax(0)
+	t.large.SetQuickMax(0)
+	return t
 }
 
-// randomMixed allocates log-uniform sizes from 4 B to 32 MiB and frees a
-// random live block with probability 1/2, keeping at most 200 live.
-func randomMixed(r *rand.Rand, n int) []trace.Event {
-	var ev []trace.Event
-	var live []int64
-	for id := int64(1); id <= int64(n); id++ {
-		size := int64(4) << r.IntN(21)
-		size += r.Int64N(size)
-		ev = append(ev, trace.Event{Op: trace.Alloc, ID: id, Size: size})
-		live = append(live, id)
-		for len(live) > 200 || (len(live) > 0 && r.IntN(2) == 0) {
-			i := r.IntN(len(live))
-			ev = append(ev, trace.Event{Op: trace.Free, ID: live[i]})
-			live = append(live[:i], live[i+1:]...)
-		}
+func (t torchLike) pool(size int64) *policy.Arenas[int] {
+	if t.small.Round(size) <= policy.SmallRequest {
+		return t.small
 	}
-	for _, id := range live {
-		ev = append(ev, trace.Event{Op: trace.Free, ID: id})
-	}
-	return ev
+	return t.large
 }
 
-// radixSort mimics a radix-sort pipeline over keys of n uint32, for sorts
-// of slowly growing n.
-func radixSort(n int64, sorts int) []trace.Event {
-	var sizes []int64
-	for s := range sorts {
-		sizes = append(sizes, n+int64(s)*n/16)
-	}
-	return radixSorts(sizes)
-}
-
-// radixSorts mimics radix-sort pipelines, one sort per size (a count of
-// uint32 keys): keys and values double-buffered, a histogram and a scan
-// per pass.
-func radixSorts(sizes []int64) []trace.Event {
-	var ev []trace.Event
-	id := int64(0)
-	alloc := func(size int64) int64 {
-		id++
-		ev = append(ev, trace.Event{Op: trace.Alloc, ID: id, Size: size})
-		return id
-	}
-	free := func(ids ...int64) {
-		for _, i := range ids {
-			ev = append(ev, trace.Event{Op: trace.Free, ID: i})
-		}
-	}
-	for _, m := range sizes {
-		keys, vals := alloc(4*m), alloc(4*m)
-		for range 4 {
-			k2, v2 := alloc(4*m), alloc(4*m)
-			hist := alloc(256 * 4 * (m / 4096))
-			scan := alloc(256 * 4 * (m / 4096))
-			free(hist, scan, keys, vals)
-			keys, vals = k2, v2
-		}
-		free(keys, vals)
-	}
-	return ev
-}
-
-// twoPipelines alternates sorts of 4 Mi and 11 Mi keys: the phases take
-// turns at the peak.
-func twoPipelines(sorts int) []trace.Event {
-	var sizes []int64
-	for s := range sorts {
-		sizes = append(sizes, []int64{4 << 20, 11 << 20}[s%2])
-	}
-	return radixSorts(sizes)
-}
-
-// torchLike is the issue's reference: torch's segment sizes (2 MiB for
-// requests up to 1 MiB, 20 MiB below 10 MiB, larger ones rounded to
-// 2 MiB) over the same best-fit, coalescing arenas, every wholly free
-// segment released before growing.
-type torchLike struct{ *policy.Arenas[int] }
+func (t torchLike) Get(size int64) *policy.Block[int] { return t.pool(size).Get(size) }
 
 func (t torchLike) NewSegment(size int64) *policy.Segment[int] {
-	s := t.Arenas.NewSegment(size)
-	s.Size = t.segmentSize(size)
+	s := t.pool(size).NewSegment(size)
+	n := t.small.Round(size)
+	switch {
+	case n <= policy.SmallRequest:
+		s.Size = 2 << 20
+	case n < 10<<20:
+		s.Size = 20 << 20
+	default:
+		s.Size = (n + 2<<20 - 1) / (2 << 20) * (2 << 20)
+	}
 	return s
 }
 
-// torchLargeUnit is torch's rounding of large segments (kRoundLarge).
-const torchLargeUnit = 2 << 20
+func (t torchLike) Add(seg *policy.Segment[int], size int64) *policy.Block[int] {
+	return t.pool(size).Add(seg, size)
+}
 
-func (t torchLike) segmentSize(size int64) int64 {
-	n := t.Round(size)
-	switch {
-	case n <= policy.SmallRequest:
-		return policy.SmallSegment
-	case n < 10<<20:
-		return 20 << 20
+func (t torchLike) Put(b *policy.Block[int]) *policy.Segment[int] {
+	if b.Seg.Small {
+		return t.small.Put(b)
 	}
-	return (n + torchLargeUnit - 1) / torchLargeUnit * torchLargeUnit
+	return t.large.Put(b)
+}
+
+func (t torchLike) TakeLargest() *policy.Segment[int] {
+	if s := t.large.TakeLargest(); s != nil {
+		return s
+	}
+	return t.small.TakeLargest()
 }
 
 func (t torchLike) BeforeGrow(int64) []*policy.Segment[int] {
@@ -188,29 +218,70 @@ func (t torchLike) BeforeGrow(int64) []*policy.Segment[int] {
 	return out
 }
 
-// TestArenaHoldsCloseToTheLivePeak replays the real traces and synthetic
-// ones through the policies alone: the arena's peak managed bytes stay
-// within 1.5x of the live peak and its device allocations within 1% of the
-// allocations, where exact bins manage up to 15x.
+// goal is issue 22's: on every trace, peak managed bytes at most
+// goalRatio times the clairvoyant plan's (trace.Plan, 256-byte rounding),
+// and device allocations at most 1% of the allocations (at least 2).
+const goalRatio = 1.15
+
+func goalSegments(allocs int) int { return max(2, allocs/100) }
+
+// shortfalls are the traces where the arena misses the goal, with what
+// it reaches instead, as bounds that keep it from getting worse, and why
+// no policy measured (issue 22's search) does better.
+var shortfalls = map[string]struct {
+	ratio    float64
+	segments int
+	why      string
+}{
+	"synth-random-mixed.tsv": {ratio: 1.21, why: "random frees of log-uniform sizes up to 8 MiB: best fit in one unbounded segment already needs 1.17-1.22x the plan"},
+	"synth-radix-grow.tsv":   {segments: 54, why: "four arrays of a quarter of the pool each, 1% larger every round: a segment is outgrown every few rounds, and more headroom passes 1.15x"},
+}
+
+// TestArenaHoldsCloseToTheLivePeak replays the recorded traces and the
+// synthetic ones through the policies alone and holds the arena to the
+// goal; it logs the arena behind the pool's cache (the pool's default,
+// which delays the merging of up to 16 small blocks: see
+// simulateCached), exact bins and the torch-like reference beside it.
 func TestArenaHoldsCloseToTheLivePeak(t *testing.T) {
-	traces := synthetic()
-	traces["cg"] = readTrace(t, "cg.tsv")
-	traces["mlp"] = readTrace(t, "mlp.tsv")
-	traces["particles"] = readTrace(t, "particles.tsv")
-	traces["batches"] = readTrace(t, "batches.tsv")
-	for name, ev := range traces {
+	names := []string{"cg.tsv", "cg-go.tsv", "mlp.tsv", "particles.tsv", "batches.tsv"}
+	for _, s := range syntheticTraces() {
+		names = append(names, s.file)
+	}
+	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
+			ev := readTrace(t, name)
+			plan := trace.Plan(ev, 256).Size
 			bins := simulate(t, ev, policy.NewBins[int](4))
 			arena := simulate(t, ev, policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment))
-			ref := policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)
-			ref.SetQuickMax(0) // torch merges every block at once
-			torch := simulate(t, ev, torchLike{ref})
-			t.Logf("live %d: bins %.3fx (%d segments), arena %.3fx (%d), torch-like %.3fx (%d), of %d allocations",
-				arena.peakLive, bins.ratio(), bins.segments, arena.ratio(), arena.segments, torch.ratio(), torch.segments, arena.allocs)
-			assert.LessOrEqual(t, arena.ratio(), 1.5)
-			if arena.allocs >= 1000 {
-				assert.LessOrEqual(t, float64(arena.segments), 0.01*float64(arena.allocs))
+			torch := simulate(t, ev, newTorchLike())
+			p := policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)
+			cached := simulateCached(t, ev, p, p.Round)
+			of := func(r simResult) float64 { return float64(r.peakManaged) / float64(plan) }
+			t.Logf("live %d, plan %d (%.3fx): arena %.3fx the plan (%d segments; behind the pool's cache %.3fx, %d), bins %.3fx (%d), torch-like %.3fx (%d), of %d allocations",
+				arena.peakLive, plan, float64(plan)/float64(arena.peakLive), of(arena), arena.segments, of(cached), cached.segments,
+				of(bins), bins.segments, of(torch), torch.segments, arena.allocs)
+			ratio, segments := goalRatio, goalSegments(arena.allocs)
+			if s, ok := shortfalls[name]; ok {
+				t.Logf("short of the goal: %s", s.why)
+				ratio = max(ratio, s.ratio)
+				segments = max(segments, s.segments)
 			}
+			assert.LessOrEqual(t, of(arena), ratio, "peak managed over the plan")
+			assert.LessOrEqual(t, arena.segments, segments, "device allocations")
 		})
 	}
+}
+
+// Behind the pool's cache, BeforeGrow frees the segments a request
+// outgrew before the pool drains its caches and sizes the segment again:
+// the second sizing still sees them (they give the headroom that spares
+// a segment per array per round). It made 402 segments on radix-grow,
+// where the policy alone makes 54.
+func TestArenaOutgrowsThroughThePoolsCache(t *testing.T) {
+	ev := readTrace(t, "synth-radix-grow.tsv")
+	alone := simulate(t, ev, policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment))
+	p := policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)
+	cached := simulateCached(t, ev, p, p.Round)
+	assert.Equal(t, alone.segments, cached.segments)
+	assert.Equal(t, alone.peakManaged, cached.peakManaged)
 }
