@@ -1,0 +1,386 @@
+package mempool
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/clpool/clpool/allocator"
+	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/mempool/internal/policy"
+)
+
+// This file is a request's way past the queue caches (serve): a free
+// block of the policy, and on a miss a new segment (grow), down the
+// out-of-memory ladder (nextRung) as far as it must; and the errors it
+// ends with.
+
+// ladder is where a request stands on the out-of-memory ladder. Its rungs,
+// in order, after the first refusal of a segment (by the limit or the
+// device):
+//
+//  1. free the segments the arena's slack kept (see policy.Arenas), which
+//     growing without the slack would have freed, and retry;
+//  2. collect buffers dropped without Close (PyOpenCL's order) and, if
+//     any came back, retry: one of them may serve the request;
+//  3. free wholly free segments, largest first, retrying after each
+//     (queue caches drained first);
+//  4. try a segment of the request's own size (RMM's growth by the
+//     request) instead of the policy's;
+//  5. free every wholly free segment in the same hold of the lock as the
+//     reservation, so that no concurrent request takes the room first,
+//     and retry (at most finalRounds times);
+//  6. fail with an *OutOfMemoryError that says where the memory is.
+//
+// Each retry looks for a free block first. Termination: a rung is left
+// for the next one and never revisited, except rung 3, which runs at most
+// as many times as the pool had segments when it began, and rung 5, at
+// most finalRounds times.
+type ladder struct {
+	seg, own  *segment // the policy's segment for the request, and the smallest that serves it
+	rung      int      // the rung to take at the next refusal
+	frees     int      // rung 3's remaining frees; -1 before it begins
+	useOwn    bool     // rung 4 was taken: try own
+	final     bool     // rung 5: decide frees every wholly free segment first
+	freesSeen int64    // the pool's batches of frees when the last decision was made
+	finals    int      // rung 5's rounds so far
+	cause     error    // the device's last refusal; nil if only the limit refused
+	pending   *segment // reserved before a drain, taken back by the next decide
+}
+
+// Rungs of the ladder.
+const (
+	rungKept = iota
+	rungCollect
+	rungFree
+	rungOwn
+	rungFinal
+)
+
+// try returns the segment to try now.
+func (l *ladder) try() *segment {
+	if l.useOwn {
+		return l.own
+	}
+	return l.seg
+}
+
+// serve finds req a block, going down the ladder as far as it must. It
+// returns the block, handed out for req.pb, and the uses to fence before
+// req's queue may use it.
+func (p *Pool) serve(req *request) (*block, []policy.Use, error) {
+	req.mayDrain = p.cacheState.Load() != cachesGone && (p.arena || p.blockSize(req.size) <= cacheMaxBlock)
+	lad := ladder{frees: -1}
+	p.lockFlushed(req.q)
+	d := p.decide(req, &lad)
+	p.mu.Unlock()
+	for {
+		_ = p.freeSegments(d.free, d.stale)
+		switch {
+		case d.err != nil:
+			return nil, nil, d.err
+		case d.never:
+			return nil, nil, p.outOfMemory(req, lad.own.Size, nil)
+		case d.b != nil:
+			return d.b, d.uses, nil
+		case d.drain && p.drainCaches():
+			// Blocks came back from the caches: decide again, as at the
+			// first miss (the reservation is taken back there).
+			lad.seg, lad.own, req.mayDrain = nil, nil, false
+		case d.seg != nil:
+			lad.pending = nil
+			b, err := p.grow(req, d.seg)
+			if err == nil {
+				return b, nil, nil
+			}
+			if !isOutOfMemory(err) || errors.Is(err, ErrPanicked) {
+				return nil, nil, err // a panic fails the request, as the doc says
+			}
+			lad.cause = err
+			if !p.nextRung(req, &lad) {
+				return nil, nil, p.outOfMemory(req, lad.try().Size, lad.cause)
+			}
+		default: // the limit refused the segment
+			if !p.nextRung(req, &lad) {
+				return nil, nil, p.outOfMemory(req, lad.try().Size, lad.cause)
+			}
+		}
+		p.lock()
+		d = p.decide(req, &lad)
+		p.mu.Unlock()
+	}
+}
+
+// grow asks the allocator for seg, reserved, and cuts req's block from
+// it. If the allocation fails, the reservation is taken back and the
+// allocator's error returned: the ladder goes on after an out-of-memory.
+func (p *Pool) grow(req *request, seg *segment) (*block, error) {
+	hooks := req.hooks
+	if hooks != nil {
+		if err := p.emit(hooks, Event{Kind: AllocBefore, Size: seg.Size, AllocSize: seg.Size, Queue: queueOf(req.q)}); err != nil {
+			p.unreserve(seg)
+			return nil, err
+		}
+	}
+	m, err := p.allocateSegment(seg.Size)
+	var hookErr error
+	if hooks != nil {
+		hookErr = p.emit(hooks, Event{Kind: AllocAfter, Size: seg.Size, AllocSize: seg.Size, Buffer: m.buf, SVM: m.svm, Queue: queueOf(req.q), Err: err})
+	}
+	if err != nil {
+		p.unreserve(seg)
+		switch {
+		case hookErr != nil:
+			return nil, errors.Join(err, hookErr)
+		case errors.Is(err, ErrPanicked), isOutOfMemory(err):
+			return nil, err
+		}
+		return nil, fmt.Errorf("mempool: allocating %d bytes for a %d-byte request: %w", seg.Size, req.size, err)
+	}
+	seg.Data = m
+	p.lock()
+	b := p.commit(req, seg)
+	p.mu.Unlock()
+	if hookErr != nil {
+		// The segment stays, held; the request fails.
+		*req.pb = PooledBuffer{pool: p, blk: b, size: req.size, q: req.q}
+		_ = p.putBack(req.pb, false)
+		return nil, hookErr
+	}
+	return b, nil
+}
+
+// nextRung takes the ladder's next rung after a refusal, and reports
+// whether the request is to be tried again (counted in OOMRetries);
+// false: nothing is left.
+func (p *Pool) nextRung(req *request, lad *ladder) bool {
+	p.lock()
+	p.countMiss(req)
+	p.mu.Unlock()
+	for {
+		switch lad.rung {
+		case rungKept:
+			lad.rung = rungCollect
+			p.lock()
+			kept := p.pol.TakeKept(lad.seg.Size)
+			stale := p.forget(kept...)
+			p.mu.Unlock()
+			_ = p.freeSegments(kept, stale) // the stale sub-buffers, even with no segment
+			if len(kept) > 0 {
+				return p.retried()
+			}
+		case rungCollect:
+			lad.rung = rungFree
+			if !p.dropSafety {
+				continue // nothing dropped comes back
+			}
+			p.flushAll() // a cache's hits count as active too
+			p.lock()
+			active, before := p.l.s.Allocation.current(), p.l.s.Reclaimed
+			p.mu.Unlock()
+			if active == 0 {
+				continue
+			}
+			p.collectDropped()
+			p.lock()
+			back := p.l.s.Reclaimed > before
+			p.mu.Unlock()
+			if back {
+				return p.retried() // a block came back: it may serve the request
+			}
+		case rungFree:
+			p.drainCaches()
+			p.lock()
+			if lad.frees < 0 {
+				lad.frees = p.pol.Counts().Segments
+			}
+			var s *segment
+			if lad.frees > 0 {
+				lad.frees--
+				s = p.pol.TakeLargest()
+			}
+			stale := p.forget(s)
+			p.mu.Unlock()
+			_ = p.freeSegments(segmentsOf(s), stale)
+			if s != nil {
+				return p.retried()
+			}
+			lad.rung = rungOwn
+		case rungOwn:
+			lad.rung = rungFinal
+			if lad.own != lad.seg {
+				lad.useOwn = true
+				return p.retried()
+			}
+		case rungFinal:
+			// Other requests may have taken the room each freed
+			// segment made, or given memory back since: a last try
+			// frees every wholly free segment in the same hold of the
+			// lock as its reservation (see core.decide).
+			if lad.finals == finalRounds {
+				return false
+			}
+			p.drainCaches()
+			p.lock()
+			// Segments being given back are memory the device will
+			// have: wait for the frees in flight now (each ends in
+			// freeSegments, which signals freed).
+			for seen := p.l.freeBatches; p.l.freeing > 0 && p.l.freeBatches == seen; {
+				p.freed.Wait()
+			}
+			c := p.pol.Counts()
+			changed := c.FreeBlocks > c.SplitBlocks[0]+c.SplitBlocks[1] || // a wholly free segment
+				p.l.freeBatches > lad.freesSeen || // memory went back to the device since the decision
+				lad.cause == nil && p.room() >= lad.try().Size // the limit has room now
+			p.mu.Unlock()
+			if !changed {
+				return false // nothing has changed since the refusal
+			}
+			lad.finals++
+			lad.final = true
+			return p.retried()
+		}
+	}
+}
+
+// finalRounds bounds the ladder's last rung: how many times a request
+// frees every wholly free segment and tries again before it fails.
+const finalRounds = 4
+
+// retried counts a retry of the ladder and returns true.
+func (p *Pool) retried() bool {
+	p.lock()
+	p.l.oomRetried()
+	p.mu.Unlock()
+	return true
+}
+
+// segmentsOf returns s as a list: none if s is nil.
+func segmentsOf(s *segment) []*segment {
+	if s == nil {
+		return nil
+	}
+	return []*segment{s}
+}
+
+// refuseSize is the error for a size past p.sizeCap: a negative one, and
+// one larger than the device's largest buffer (or, where the pool does
+// not know its device, one whose block size would overflow), which no
+// amount of freeing could serve. The latter is an *OutOfMemoryError, as
+// torch and CuPy raise theirs there: counted in OOMs, and told to the
+// hooks as a malloc that failed.
+func (p *Pool) refuseSize(size int64) error {
+	if size < 0 {
+		return fmt.Errorf("mempool: Allocate(%d): negative size: %w", size, cl.ErrInvalidBufferSize)
+	}
+	e := &OutOfMemoryError{Requested: size, AllocSize: size, DeviceMaxAlloc: p.maxAlloc, Err: cl.ErrInvalidBufferSize}
+	if p.device != nil {
+		e.DeviceTotal = p.device.GlobalMemSize
+	}
+	var err error = e
+	p.lock()
+	if p.life == lifeClosed {
+		err = ErrPoolClosed // a closed pool refuses every request alike
+	} else {
+		e.Limit = p.limit
+		p.l.oomRefused()
+	}
+	p.mu.Unlock()
+	req := &request{size: size, hooks: p.hooks.Load()}
+	if req.hooks != nil {
+		if herr := p.emit(req.hooks, Event{Kind: MallocBefore, Size: size, AllocSize: size}); herr != nil {
+			return errors.Join(err, herr)
+		}
+	}
+	return p.mallocFailed(req, err)
+}
+
+// maxRequest is the largest size the pool serves when it does not know
+// its device: any block size a policy rounds it to still fits an int64.
+const maxRequest = 1 << 60
+
+// blockSize returns the bytes of the block a request of size gets (see
+// core.newSegment for requests near the device's limit). It reads
+// nothing that changes: no lock needed.
+func (p *Pool) blockSize(size int64) int64 { return p.core.blockSize(size) }
+
+// handOver orders block b, taken for req's queue, after the commands of
+// uses. If that fails, the block goes back to the pool as it was.
+func (p *Pool) handOver(req *request, b *block, uses []policy.Use) error {
+	fs, err := p.order(uses, req.q.orNil())
+	p.lock()
+	p.l.handedOver(req.q, fs)
+	p.mu.Unlock()
+	if err == nil {
+		return nil
+	}
+	*req.pb = PooledBuffer{pool: p, blk: b, size: req.size, q: req.q}
+	b.Uses = append(b.Uses[:0], uses...)
+	_ = p.putBack(req.pb, true)
+	return err
+}
+
+// wrap fills in req.pb to hand out block b. If a malloc_after hook
+// panics, the block goes back to the pool and the request fails with the
+// panic.
+func (p *Pool) wrap(req *request, b *block) (*PooledBuffer, error) {
+	pb := req.pb
+	*pb = PooledBuffer{pool: p, blk: b, size: req.size, q: req.q}
+	if req.hooks != nil {
+		if err := p.emit(req.hooks, pb.event(MallocAfter, b)); err != nil {
+			_ = p.putBack(pb, false)
+			return nil, err
+		}
+	}
+	return pb, nil
+}
+
+// allocateSegment asks the allocator for n bytes, recovering a panic into
+// a *PanicError.
+func (p *Pool) allocateSegment(n int64) (m mem, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			m, err = mem{}, recovered(v, "allocator's Allocate")
+		}
+	}()
+	return p.src.allocate(n)
+}
+
+// unreserve takes back a reservation whose allocation failed.
+func (p *Pool) unreserve(seg *segment) {
+	p.lock()
+	p.l.unreserve(seg)
+	p.mu.Unlock()
+}
+
+// isOutOfMemory reports whether an allocator's error means the device is
+// out of memory, which freeing held blocks may cure.
+func isOutOfMemory(err error) bool {
+	return errors.Is(err, cl.ErrMemObjectAllocationFailure) ||
+		errors.Is(err, cl.ErrOutOfResources) ||
+		errors.Is(err, cl.ErrOutOfHostMemory) ||
+		errors.Is(err, allocator.ErrOutOfMemory)
+}
+
+// outOfMemory counts and returns the error of a request the ladder could
+// not serve: it tried a segment of n bytes last, and the device refused
+// it with cause (nil: the limit refused it).
+func (p *Pool) outOfMemory(req *request, n int64, cause error) error {
+	p.flushAll() // the figures count what the queue caches did too
+	p.lock()
+	defer p.mu.Unlock()
+	p.l.oomRefused()
+	s := p.statsLocked()
+	e := &OutOfMemoryError{
+		Requested: req.size, AllocSize: n,
+		ActiveBlocks: s.ActiveBlocks, ActiveBytes: s.ActiveBytes,
+		HeldBlocks: s.HeldBlocks, HeldBytes: s.HeldBytes,
+		ManagedBytes: s.ManagedBytes, Limit: p.limit, Err: cause,
+	}
+	if p.device != nil {
+		e.DeviceTotal = p.device.GlobalMemSize
+	}
+	if n := p.pol.LargestFree(); n > 0 {
+		e.LargestHeldBin, e.LargestHeldSize = BinNumber(n, p.leadingBits), n
+	}
+	return e
+}

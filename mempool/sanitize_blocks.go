@@ -1,0 +1,190 @@
+package mempool
+
+import (
+	"errors"
+	"runtime"
+	"slices"
+
+	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/mempool/internal/callsite"
+	"github.com/clpool/clpool/mempool/internal/policy"
+)
+
+// This file is the sanitizer's part of a block's life: its guard at
+// Allocate, its check at Close, and a dropped buffer (sanitize.go has the
+// API and the state).
+
+// guardFor returns the guard bytes a request of size asks the policy for
+// past it: SanitizerGuard, or what the device's largest buffer leaves.
+func (s *sanitizer) guardFor(size int64) int64 {
+	g := int64(SanitizerGuard)
+	if m := s.p.maxAlloc; m > 0 && size+g > m {
+		g = max(m-size, 0)
+	}
+	return g
+}
+
+// track notes pb, just handed out, with its caller's stack, and fills its
+// bytes past the request with guardByte on its queue.
+func (s *sanitizer) track(pb *PooledBuffer) {
+	var pcs [sanDepth]uintptr
+	n := runtime.Callers(3, pcs[:]) // from allocate's caller
+	sb := &sanBlock{id: pb.ID(), blk: pb.blk, size: pb.size, q: pb.q, alloc: slices.Clone(pcs[:n])}
+	s.mu.Lock()
+	s.seq++
+	sb.seq = s.seq
+	s.live[sb.id] = sb
+	own := s.guard(sb)
+	s.mu.Unlock()
+	if own != nil {
+		// The pool cannot order the user's queue after the fill: the
+		// host waits for it.
+		_ = own.Finish()
+	}
+}
+
+// guard fills sb's bytes past its request with guardByte and notes it
+// guarded; it returns the sanitizer's queue if the fill is there. s.mu
+// must be held.
+func (s *sanitizer) guard(sb *sanBlock) (own *cl.CommandQueue) {
+	if sb.blk.Size <= sb.size {
+		return nil // no room for a guard
+	}
+	res, err := s.resources(sb.blk)
+	if err != nil {
+		return nil
+	}
+	cq := s.queueOf(sb, res)
+	ev, err := fill(cq, sb.blk, sb.size, sb.blk.Size, guardByte)
+	if err != nil {
+		s.warn(sb, err)
+		return nil
+	}
+	if cq.ooo { // the user's commands come after the fill
+		err = cq.q.EnqueueBarrier(ev)
+	}
+	_ = ev.Release()
+	sb.guarded = err == nil
+	if cq == res.own {
+		return cq.q
+	}
+	return nil
+}
+
+// closing returns the sanitizer's record of pb, which a Close (or the
+// finalizer) is giving back, and takes it out of the active blocks; nil if
+// the sanitizer does not track pb (a block that was never handed out).
+func (s *sanitizer) closing(pb *PooledBuffer) *sanBlock {
+	var pcs [sanDepth]uintptr
+	n := runtime.Callers(3, pcs[:])
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb := s.live[pb.ID()]
+	if sb == nil {
+		return nil
+	}
+	delete(s.live, sb.id)
+	s.inflight++
+	if !sb.dropped {
+		sb.close = slices.Clone(pcs[:n])
+	}
+	return sb
+}
+
+// dropped notes that pb, which the garbage collector found unreachable,
+// was never closed: the finalizer's giving it back reports it
+// (giveBackSanitized), once the block is out of the active ones.
+func (s *sanitizer) dropped(pb *PooledBuffer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sb := s.live[pb.ID()]; sb != nil {
+		sb.dropped = true
+	}
+}
+
+// giveBackSanitized is giveBack for a block the sanitizer tracks: it tells
+// the hooks, checks the block's guard after the commands that may still
+// use it, poisons it, and puts it in quarantine (counted held) instead of
+// the policy; the blocks it pushes out of the quarantine go to the policy.
+func (p *Pool) giveBackSanitized(pb *PooledBuffer, sb *sanBlock, size int64, hooks hookList) error {
+	s, b := p.san, pb.blk
+	var hookErr error
+	var after Event
+	if hooks != nil {
+		hookErr = p.emit(hooks, pb.event(FreeBefore, b))
+		after = pb.event(FreeAfter, b)
+	}
+	// The commands that may still use b: its queue's, and those of the
+	// queues RecordQueue added, as a handover would wait for them.
+	p.lock()
+	p.recordUses(b, pb.q)
+	uses := slices.Clone(b.Uses)
+	b.Uses = b.Uses[:0]
+	p.mu.Unlock()
+	p.checkAtClose(sb, uses)
+	p.lock()
+	if p.dropSafety {
+		runtime.SetFinalizer(pb, nil) // under p.mu: see core.handOut
+	}
+	p.l.deactivate(b, size)
+	p.l.quar.add(b, 1)
+	leaving := s.enter(sb)
+	p.l.sync(p.pol.Counts())
+	p.mu.Unlock()
+	err := p.leaveQuarantine(leaving)
+	if sb.dropped {
+		s.mu.Lock()
+		s.report(Finding{Kind: Dropped, BlockID: sb.id, Size: sb.size, AllocSite: callsite.First(sb.alloc)})
+		s.mu.Unlock()
+	}
+	s.done()
+	if hooks != nil {
+		after.Err = err
+		if herr := p.emit(hooks, after); hookErr == nil {
+			hookErr = herr
+		}
+	}
+	return errors.Join(err, hookErr)
+}
+
+// checkAtClose orders sb's queue (the sanitizer's own for none) after the
+// commands of uses, then enqueues there the check of sb's guard and the
+// fill of its poison (none once the pool is closed: the block is freed).
+func (p *Pool) checkAtClose(sb *sanBlock, uses []policy.Use) {
+	s := p.san
+	s.mu.Lock()
+	res, err := s.resources(sb.blk)
+	s.mu.Unlock()
+	if err != nil {
+		return
+	}
+	cq := s.queueOf(sb, res)
+	if len(uses) > 0 {
+		fs, err := p.order(uses, cq)
+		p.lock()
+		p.l.marked(fs)
+		if err != nil {
+			// Unchecked: a check could see the user's own writes. The
+			// block keeps its uses, for the next user to wait for.
+			sb.blk.Uses = append(sb.blk.Uses[:0], uses...)
+		}
+		p.mu.Unlock()
+		if err != nil {
+			s.mu.Lock()
+			s.warn(sb, err)
+			s.mu.Unlock()
+			return
+		}
+	}
+	s.mu.Lock()
+	s.poison(sb, cq)
+	s.mu.Unlock()
+	// A write after Close on another queue is seen only once the poison
+	// is there: the poison is sent at once, and the host waits for it
+	// where the block has no queue of its own.
+	if cq == res.own {
+		_ = cq.q.Finish()
+	} else {
+		_ = cq.q.Flush()
+	}
+}

@@ -1,0 +1,234 @@
+package mempool
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/mempool/internal/callsite"
+)
+
+// This file is the sanitizer's quarantine: closed blocks poisoned and
+// kept first in, first out, checked when they leave, and the pool's Close.
+
+// poison enqueues on cq the check of sb's guard, then the fill of its
+// poison (none once the pool is closed: the block is freed). s.mu must be
+// held.
+func (s *sanitizer) poison(sb *sanBlock, cq *qstate) {
+	var checked *cl.Event
+	if sb.guarded {
+		checked = s.check(sb, OutOfBounds, cq, sb.size, sb.blk.Size, guardByte, nil)
+	}
+	if s.closed {
+		return
+	}
+	var wait []*cl.Event
+	if checked != nil {
+		wait = append(wait, checked) // the poison waits for the check to read the guard
+	}
+	ev, err := fill(cq, sb.blk, 0, sb.blk.Size, poisonByte, wait...)
+	if err != nil {
+		s.warn(sb, err)
+		return
+	}
+	sb.poison = ev
+}
+
+// enter puts sb, closed and poisoned, in quarantine, and returns the
+// blocks that leave it to make room, oldest first, marked leaving; once
+// the pool is closed, sb itself leaves at once. p.mu must be held.
+func (s *sanitizer) enter(sb *sanBlock) []*sanBlock {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.quar = append(s.quar, sb)
+	if s.closed {
+		sb.leaving = true
+		return []*sanBlock{sb}
+	}
+	s.quarN++
+	s.quarSize += sb.blk.Size
+	var out []*sanBlock
+	for _, o := range s.quar {
+		if s.quarN <= SanitizerQuarantineBlocks && s.quarSize <= SanitizerQuarantineBytes {
+			break
+		}
+		if !o.leaving {
+			o.leaving = true
+			s.quarN--
+			s.quarSize -= o.blk.Size
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// drain marks every block in quarantine leaving, and returns them, for
+// leaveQuarantine.
+func (s *sanitizer) drain() []*sanBlock {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*sanBlock
+	for _, o := range s.quar {
+		if !o.leaving {
+			o.leaving = true
+			out = append(out, o)
+		}
+	}
+	s.quarN, s.quarSize = 0, 0
+	return out
+}
+
+// leaveQuarantine checks the poison of the blocks bs, marked leaving, on
+// their queues and gives them to the policy, each recording that its
+// queue may still use it (the check); blocks of no queue wait for their
+// check on the host instead. It frees what the policy gives up, and
+// returns the allocator's errors.
+func (p *Pool) leaveQuarantine(bs []*sanBlock) error {
+	if len(bs) == 0 {
+		return nil
+	}
+	s := p.san
+	var own *cl.CommandQueue
+	s.mu.Lock()
+	for _, sb := range bs {
+		if sb.poison == nil {
+			continue
+		}
+		if !sb.reported && s.res != nil {
+			cq := s.queueOf(sb, s.res)
+			s.check(sb, WriteAfterClose, cq, 0, sb.blk.Size, poisonByte, sb.poison)
+			if cq == s.res.own {
+				own = cq.q
+			}
+		}
+		_ = sb.poison.Release()
+		sb.poison = nil
+	}
+	s.mu.Unlock()
+	if own != nil {
+		_ = own.Finish() // the next user, on any queue, comes after the checks
+	}
+	p.lock()
+	var gone []*segment
+	for _, sb := range bs {
+		p.l.quar.add(sb.blk, -1)
+		gone = p.putFree(gone, sb.blk, sb.q, true)
+	}
+	s.mu.Lock()
+	s.quar = slices.DeleteFunc(s.quar, func(o *sanBlock) bool { return slices.Contains(bs, o) })
+	s.mu.Unlock()
+	stale := p.forget()
+	p.mu.Unlock()
+	return p.freeSegments(gone, stale)
+}
+
+// done ends a Close of a tracked block: it reads the results of full
+// batches, every result once the pool is closed (and then releases what
+// the sanitizer holds if no block is left).
+func (s *sanitizer) done() {
+	s.mu.Lock()
+	s.inflight--
+	closed := s.closed
+	s.mu.Unlock()
+	switch {
+	case closed:
+		s.harvest(true)
+		s.releaseIfIdle()
+	case s.due.Load():
+		s.harvest(false)
+	}
+}
+
+// checkQuarantine enqueues the check of the poison of every block in
+// quarantine, for Findings.
+func (s *sanitizer) checkQuarantine() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sb := range s.quar {
+		if !sb.leaving && sb.poison != nil && !sb.reported && s.res != nil {
+			s.check(sb, WriteAfterClose, s.queueOf(sb, s.res), 0, sb.blk.Size, poisonByte, sb.poison)
+		}
+	}
+}
+
+// quarantined adds the blocks in quarantine to cached, the blocks that
+// are held although the policy sees them in use (see lockCaches). p.mu
+// must be held.
+func (s *sanitizer) quarantined(cached map[*block]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sb := range s.quar {
+		cached[sb.blk] = true
+	}
+}
+
+// poolClosing is the start of the pool's Close: it records a
+// LeakedAtClose finding for each block still open, gives the quarantine's
+// blocks to the policy (checked) for Close to free, and reads every
+// result. A second call does nothing.
+func (s *sanitizer) poolClosing() {
+	s.harvest(true) // the findings of blocks closed before come first
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	open := make([]*sanBlock, 0, len(s.live))
+	for _, sb := range s.live {
+		open = append(open, sb)
+	}
+	slices.SortFunc(open, func(a, b *sanBlock) int { return cmp.Compare(a.seq, b.seq) })
+	for _, sb := range open {
+		s.report(Finding{Kind: LeakedAtClose, BlockID: sb.id, Size: sb.size, AllocSite: callsite.First(sb.alloc)})
+	}
+	s.mu.Unlock()
+	_ = s.p.leaveQuarantine(s.drain())
+	s.harvest(true)
+}
+
+// releaseIfIdle releases the sanitizer's kernel, queue and result buffers
+// once the pool is closed and no block it tracks is open or closing. A
+// block closed later is checked without them: never, as none is left.
+func (s *sanitizer) releaseIfIdle() {
+	s.harvestMu.Lock()
+	defer s.harvestMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed || len(s.live) > 0 || s.inflight > 0 || s.res == nil || len(s.full) > 0 || s.cur != nil && len(s.cur.checks) > 0 {
+		return
+	}
+	res := s.res
+	s.res, s.resErr = nil, errors.New("mempool: the sanitizer's resources are released")
+	_ = res.own.q.Finish()
+	for _, b := range s.spare {
+		_ = b.Release()
+	}
+	if s.cur != nil {
+		_ = s.cur.buf.Release()
+	}
+	s.spare, s.cur = nil, nil
+	_ = res.k.Release()
+	_ = res.own.q.Release()
+	releaseSanProgram(res.ctx)
+}
+
+// report records f and prints it. s.mu must be held.
+func (s *sanitizer) report(f Finding) {
+	s.findings = append(s.findings, f)
+	if s.out != nil {
+		fmt.Fprintln(s.out, f.String())
+	}
+}
+
+// warn prints, once per pool, that a block could not be checked. s.mu
+// must be held.
+func (s *sanitizer) warn(sb *sanBlock, err error) {
+	if !s.warned && s.out != nil {
+		fmt.Fprintf(s.out, "clpool sanitizer: cannot check block %#x allocated at %s (further failures are not printed): %v\n",
+			sb.id, callsite.First(sb.alloc), err)
+	}
+	s.warned = true
+}
