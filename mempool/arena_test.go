@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The arena cuts small requests from one segment (policy.FirstSegment),
-// and its blocks are real, separate memory: data written through Buffer reads back through
-// Base at Offset.
+// The arena cuts small requests from one segment (the first,
+// policy.FirstSegment), and its blocks are real, separate memory: data
+// written through Buffer reads back through Base at Offset.
 func TestArenaSharesASegmentAndKeepsBlocksApart(t *testing.T) {
 	f := newFixture(t, nil, mempool.WithArena(), mempool.WithoutQueueCaches())
 	var bs []*mempool.PooledBuffer
@@ -26,7 +26,8 @@ func TestArenaSharesASegmentAndKeepsBlocksApart(t *testing.T) {
 	}
 	s := f.pool.Stats()
 	assert.Equal(t, int64(1), s.DeviceAllocs, "one segment for all four")
-	assert.Equal(t, int64(policy.FirstSegment), s.ManagedBytes)
+	seg := s.ManagedBytes // that segment's size
+	assert.Equal(t, int64(policy.FirstSegment), seg, "the arena's first segment")
 	assert.Equal(t, "arena", s.Policy)
 	for i, b := range bs {
 		assert.Same(t, bs[0].Base(), b.Base())
@@ -36,17 +37,20 @@ func TestArenaSharesASegmentAndKeepsBlocksApart(t *testing.T) {
 		require.NoError(t, f.q.ReadBuffer(b.Base(), b.Offset(), got))
 		assert.Equal(t, byte(i+1), got[0])
 	}
+	base := bs[0].Base()
 	for _, b := range bs {
 		require.NoError(t, b.Close())
 	}
 	s = f.pool.Stats()
-	assert.Equal(t, int64(policy.FirstSegment), s.HeldBytes, "all of it free again")
+	assert.Equal(t, seg, s.HeldBytes, "all of it free again")
 	assert.LessOrEqual(t, s.HeldBlocks, 5, "at most DefaultQuick blocks wait unmerged")
-	// A request no waiting block fits merges them: it is served from the
-	// start of the segment, now one free block.
-	big, err := f.pool.Allocate(policy.FirstSegment)
+	// A request no waiting block fits merges them: one of the whole
+	// segment's size, which only the merged segment serves, is served
+	// from its start, with no new segment.
+	big, err := f.pool.Allocate(seg)
 	require.NoError(t, err)
 	assert.Zero(t, big.Offset())
+	assert.Same(t, base, big.Base())
 	require.NoError(t, big.Close())
 	f.pool.FreeHeld()
 	s = f.pool.Stats()
@@ -135,49 +139,69 @@ func TestArenaOutOfMemoryAndLimit(t *testing.T) {
 	assert.Equal(t, int64(2), s.DeviceFrees)
 	assert.Equal(t, int64(1), s.OOMRetries)
 	assert.Equal(t, int64(7<<20), s.ManagedBytes)
-	// After the device refuses a small request's segment and there
-	// is nothing to free, the request gets a segment of its own block's
-	// size (RMM's growth), not a halved one.
+	// After the device refuses a small request's segment (the policy's
+	// growth step) and there is nothing to free, the request gets a
+	// segment of its own block's size (RMM's growth), not a halved one.
 	inj.failNext(cl.ErrMemObjectAllocationFailure)
 	c, err := f.pool.Allocate(1)
 	require.NoError(t, err)
 	s = f.pool.Stats()
 	assert.Equal(t, s.AllocatedBytes.All.Current, s.ManagedBytes, "the policy's segment refused, then the block's own size")
-	assert.Less(t, s.ManagedBytes, int64(7<<20+64<<10))
+	assert.Less(t, s.ManagedBytes, int64(7<<20+policy.GrowthUnit), "less than any segment the policy grows by")
+	// A request under the growth unit, less than any segment the policy
+	// makes for it: the ladder tries the policy's segment, then one of
+	// the request's own size, and fails with nothing left to free.
 	fails := make([]error, 32)
 	for i := range fails {
 		fails[i] = cl.ErrMemObjectAllocationFailure
 	}
 	inj.failNext(fails...)
-	_, err = f.pool.Allocate(600 << 10)
+	small := int64(policy.GrowthUnit / 2)
+	_, err = f.pool.Allocate(small)
 	assert.ErrorIs(t, err, mempool.ErrOutOfMemory, "nothing left to free, down to the request's own size")
+	var oom *mempool.OutOfMemoryError
+	if assert.ErrorAs(t, err, &oom) {
+		assert.Equal(t, small, oom.AllocSize, "the last try: the request's own size")
+	}
 	inj.mu.Lock()
-	assert.Equal(t, 32-2, len(inj.fails), "tried the policy's segment, then the request's 600 KiB")
+	assert.Equal(t, 32-2, len(inj.fails), "tried the policy's segment, then the request's own")
 	inj.fails = nil
 	inj.mu.Unlock()
 	require.NoError(t, c.Close())
 	require.NoError(t, b.Close())
 
-	g := newFixture(t, nil, mempool.WithArena(), mempool.WithLimit(3<<20))
+	// The limit counts managed bytes: beside the first segment, a
+	// request's segment gets only the room the limit leaves.
+	const limit = 3 << 20
+	g := newFixture(t, nil, mempool.WithArena(), mempool.WithLimit(limit))
 	c, err = g.pool.Allocate(100)
 	require.NoError(t, err)
-	_, err = g.pool.Allocate(3<<20 - policy.FirstSegment + 1)
-	assert.ErrorIs(t, err, mempool.ErrOutOfMemory, "a block past the room the first segment leaves would pass the limit")
+	room := limit - g.pool.Stats().ManagedBytes
+	require.Positive(t, room)
+	_, err = g.pool.Allocate(room + 1)
+	assert.ErrorIs(t, err, mempool.ErrOutOfMemory, "a block past the room would pass the limit")
+	d, err := g.pool.Allocate(room)
+	require.NoError(t, err, "a segment of the room fits it")
+	assert.Equal(t, int64(limit), g.pool.Stats().ManagedBytes)
+	require.NoError(t, d.Close())
 	_, err = g.pool.Allocate(1 << 30)
 	assert.ErrorIs(t, err, mempool.ErrOutOfMemory)
 	require.NoError(t, c.Close())
 
 	// A limit under the first segment's size still serves small
-	// requests, from segments the size of the room.
-	h := newFixture(t, nil, mempool.WithArena(), mempool.WithLimit(1<<20))
-	var small []*mempool.PooledBuffer
+	// requests, from a segment shrunk to the room.
+	const under = policy.FirstSegment / 2
+	h := newFixture(t, nil, mempool.WithArena(), mempool.WithLimit(under))
+	var smalls []*mempool.PooledBuffer
 	for range 3 {
 		d, err := h.pool.Allocate(1000)
 		require.NoError(t, err)
-		small = append(small, d)
+		smalls = append(smalls, d)
 	}
-	assert.LessOrEqual(t, h.pool.Stats().ManagedBytes, int64(1<<20))
-	for _, d := range small {
+	s = h.pool.Stats()
+	assert.Equal(t, int64(1), s.DeviceAllocs, "all three from one segment")
+	assert.Equal(t, int64(under), s.ManagedBytes, "the room the limit leaves, not the first segment's size")
+	for _, d := range smalls {
 		require.NoError(t, d.Close())
 	}
 }
@@ -189,11 +213,12 @@ func TestArenaDroppedBlocksComeBack(t *testing.T) {
 		_, err := f.pool.Allocate(4096)
 		require.NoError(t, err)
 	}()
+	seg := f.pool.ManagedBytes() // the block's segment
 	require.Eventually(t, func() bool {
 		runtime.GC()
 		return f.pool.ActiveBlocks() == 0
 	}, 5e9, 1e7)
-	assert.Equal(t, int64(policy.FirstSegment), f.pool.HeldBytes())
+	assert.Equal(t, seg, f.pool.HeldBytes(), "the whole segment is free again")
 	f.pool.FreeHeld()
 	assert.Zero(t, f.pool.ManagedBytes(), "merged, its segment is wholly free")
 }
@@ -216,35 +241,44 @@ func TestArenaFreedSegmentReleasesItsSubBuffers(t *testing.T) {
 	require.NoError(t, b.Close())
 }
 
-// On a device full at the pool's high water, a request that no held
-// block serves (a small one, while a wholly free oversize segment is
-// held) makes the held segment go at once, before any garbage collection
-// of the ladder, and is served. (With arena v1's 1/16 growth, the new
-// segment grew within the slack and the device refused it once first;
-// v2 grows by a twelfth, past the slack of a pool at its high water, so
-// BeforeGrow frees the held segment before asking.)
+// On a device too full for a new segment that the arena's slack grows
+// into (BeforeGrow keeps a wholly free segment, too small for the
+// request, as the pool is within a 1/GrowSlack part of its blocks' peak),
+// the device refuses it once; the kept segment then goes at once, before
+// the ladder's garbage collections, and the request is served. The
+// requests are oversize, so that each segment is the request's own size.
 func TestArenaSlackOnAFullDevice(t *testing.T) {
-	var budget *allocator.Budget
+	const (
+		big    = 24 << 20  // active throughout
+		kept   = 768 << 10 // given back: its segment is kept, wholly free
+		req    = 1 << 20   // more than kept: kept's segment cannot serve it
+		budget = big + req // room for req's segment only once kept's goes
+	)
 	f := newFixture(t, func(a allocator.Allocator) allocator.Allocator {
-		budget = allocator.NewBudget(a, 32<<20)
-		return budget
-	}, mempool.WithArena(), mempool.WithMaxSplitSize(8<<20), mempool.WithoutQueueCaches())
-	a, err := f.pool.Allocate(16 << 20)
+		return allocator.NewBudget(a, budget)
+	}, mempool.WithArena(), mempool.WithMaxSplitSize(512<<10), mempool.WithoutQueueCaches())
+	a, err := f.pool.Allocate(big)
 	require.NoError(t, err)
-	b, err := f.pool.Allocate(16 << 20)
+	k, err := f.pool.Allocate(kept)
 	require.NoError(t, err)
-	require.Equal(t, int64(32<<20), f.pool.Stats().ManagedBytes, "two segments of their own fill the device")
-	require.NoError(t, b.Close()) // its segment is wholly free, held
+	require.NoError(t, k.Close()) // its segment is wholly free, held
+	st := f.pool.Stats()
+	require.Equal(t, int64(big+kept), st.ManagedBytes, "segments of the requests' own sizes")
+	peak := st.AllocatedBytes.All.Peak // the most bytes the blocks took
+	require.Equal(t, int64(big+kept), peak)
+	require.LessOrEqual(t, st.ManagedBytes+req, peak+peak/policy.GrowSlack, "req's segment is within the slack: BeforeGrow keeps kept's")
+	require.Greater(t, st.ManagedBytes+req, int64(budget), "the device refuses it")
 
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	s, err := f.pool.Allocate(1000) // a new small segment
+	s, err := f.pool.Allocate(req)
 	runtime.ReadMemStats(&after)
 	require.NoError(t, err)
-	st := f.pool.Stats()
-	assert.Equal(t, int64(1), st.DeviceFrees, "the held segment was freed")
-	assert.Less(t, st.ManagedBytes, int64(32<<20), "and the new segment is smaller")
-	assert.Zero(t, after.NumForcedGC-before.NumForcedGC, "no garbage collection before freeing a held segment")
+	st = f.pool.Stats()
+	assert.Equal(t, int64(1), st.OOMRetries, "the device refused req's segment once")
+	assert.Equal(t, int64(1), st.DeviceFrees, "the kept segment was freed")
+	assert.Equal(t, int64(big+req), st.ManagedBytes)
+	assert.Zero(t, after.NumForcedGC-before.NumForcedGC, "no garbage collection before freeing a kept segment")
 	require.NoError(t, s.Close())
 	require.NoError(t, a.Close())
 }

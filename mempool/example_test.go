@@ -161,8 +161,8 @@ func ExamplePool_MemoryStats() {
 	// num_device_alloc 2
 }
 
-// An arena cuts small requests from shared segments (512 KiB the first); Base and Offset
-// name each block's range.
+// An arena cuts small requests from shared segments, sized to the pool
+// (the first is 512 KiB); Base and Offset name each block's range.
 func ExampleWithArena() {
 	q, err := cl.DefaultQueue()
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/clpool/clpool/internal/cltest"
 	"github.com/clpool/clpool/internal/pooltest"
 	"github.com/clpool/clpool/mempool"
+	"github.com/clpool/clpool/mempool/internal/policy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -96,11 +97,12 @@ func TestWriteSummaryShowsTheStatistics(t *testing.T) {
 }
 
 // An arena splits segments: two 1000-byte requests take 1024-byte blocks
-// (the arena's 512-byte alignment) from one 512 KiB segment, and the first is
-// given back. Its block and the rest of the segment are free but cannot go
-// back to the device (non-releasable) while the second block holds the
-// segment. A request over the maximum split size gets an oversize segment
-// of its own.
+// (the arena's 512-byte alignment) from one segment, the arena's first
+// (policy.FirstSegment, 512 KiB: the figures below are worked out for
+// it), and the first is given back. Its block and the rest of the segment
+// are free but cannot go back to the device (non-releasable) while the
+// second block holds the segment. A request over the maximum split size
+// gets an oversize segment of its own.
 func TestWriteSummaryArena(t *testing.T) {
 	p := pooltest.New(t, nil, noLimit, mempool.WithArena(), mempool.WithMaxSplitSize(1<<20))
 	a := summaryAllocate(t, p, 1000)
@@ -109,22 +111,25 @@ func TestWriteSummaryArena(t *testing.T) {
 	defer b.Close()
 	defer big.Close()
 	require.NoError(t, a.Close())
+	s := p.Stats()
+	require.Equal(t, int64(1), s.Segment.Small.Current, "both small blocks from one segment")
+	require.Equal(t, int64(policy.FirstSegment), s.ReservedBytes.Small.Current, "the first segment, which the figures below assume")
 
 	got := summaryOf(t, p)
 	for _, want := range []string{
 		"|           policy: arena            |           leading bits: 4            |",
 		"|       max split size: 1 MiB        |             limit: none              |",
-		// The oversize block is its whole 3 MiB segment (a multiple of
-		// 256 KiB already); the small blocks are 1024 bytes each.
+		// The oversize block is its whole 3 MiB segment (the request's
+		// own size); the small blocks are 1024 bytes each.
 		"| Allocated memory      |   3073 KiB |   3074 KiB |   3074 KiB |   1024 B   |\n" +
 			"|       from large pool |   3072 KiB |   3072 KiB |   3072 KiB |      0 B   |\n" +
 			"|       from small pool |      1 KiB |      2 KiB |      2 KiB |   1024 B   |\n",
 		"| Reserved memory       |   3584 KiB |   3584 KiB |   3584 KiB |      0 B   |\n" +
 			"|       from large pool |   3072 KiB |   3072 KiB |   3072 KiB |      0 B   |\n" +
 			"|       from small pool |    512 KiB |    512 KiB |    512 KiB |      0 B   |\n",
-		// 512 KiB less the 1024-byte block in use: 523264 bytes. The rest
-		// of the segment was cut twice (freed: 1024 bytes), then a's block
-		// came back beside it.
+		// 512 KiB less the 1024-byte block in use: 523264 bytes (under
+		// 768 KiB, so in bytes). The rest of the segment was cut twice
+		// (freed: 1024 bytes), then a's block came back beside it.
 		"| Non-releasable memory | 523264 B   | 523264 B   | 524288 B   |   1024 B   |\n" +
 			"|       from large pool |      0 B   |      0 B   |      0 B   |      0 B   |\n" +
 			"|       from small pool | 523264 B   | 523264 B   | 524288 B   |   1024 B   |\n",
