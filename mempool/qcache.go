@@ -32,7 +32,7 @@ import (
 // registered, while the pool holds blocks. With drop safety, a hit sets
 // its buffer's finalizer and a Close clears it under the cache's lock,
 // which lines up the finalizers of the queue's goroutines as p.mu does
-// on the pool's own path (see handOutLocked).
+// on the pool's own path (see core.handOut).
 //
 // Lock order: a queue's c.mu, then p.mu; never the other way. A request
 // on no queue uses p.host's cache, as a queue's.
@@ -127,7 +127,7 @@ func (d *qdelta) put(b *block, size int64) {
 // returns nil. pb is newPooledBuffer's: with drop safety, the buffer to
 // hand out, whose finalizer it sets under the cache's lock (which lines
 // up the finalizers of one queue's goroutines, as p.mu does elsewhere:
-// see handOutLocked); without, nil, and the cache carves one from its
+// see core.handOut); without, nil, and the cache carves one from its
 // slab. The caller checked that hooks are off.
 func (p *Pool) allocateCached(size int64, r *qstate, pb *PooledBuffer) *PooledBuffer {
 	if p.cacheState.Load() != cachesOn || r.ooo {
