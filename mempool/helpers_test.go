@@ -97,6 +97,25 @@ func (i *injector) Allocate(size int64) (*cl.Buffer, error) {
 	return i.Allocator.Allocate(size)
 }
 
+// newCappedFixture is newFixture with its memory capped at total bytes,
+// by a Budget of the device (by "budget") or by the pool's limit (by
+// "limit"); the allocator the pool sees is wrap of that (nil: itself).
+func newCappedFixture(t *testing.T, by string, total int64, wrap func(allocator.Allocator) allocator.Allocator, opts ...mempool.Option) *fixture {
+	t.Helper()
+	if by == "limit" {
+		opts = append(opts[:len(opts):len(opts)], mempool.WithLimit(total))
+	}
+	return newFixture(t, func(a allocator.Allocator) allocator.Allocator {
+		if by == "budget" {
+			a = allocator.NewBudget(a, total)
+		}
+		if wrap != nil {
+			a = wrap(a)
+		}
+		return a
+	}, opts...)
+}
+
 // newFixtureHoldingOneBlock is a fixture whose allocator an injector wraps,
 // with one 64-byte block held for the pool to free on an out-of-memory.
 func newFixtureHoldingOneBlock(t *testing.T) (*fixture, *injector) {

@@ -311,16 +311,7 @@ func TestHostileConcurrentLadderFailsWithMemoryToFree(t *testing.T) {
 				largest = max(largest, binSize(s))
 			}
 			total := goroutines * largest
-			var opts []mempool.Option
-			if by == "limit" {
-				opts = append(opts, mempool.WithLimit(total))
-			}
-			f := newFixture(t, func(a allocator.Allocator) allocator.Allocator {
-				if by == "budget" {
-					return allocator.NewBudget(a, total)
-				}
-				return a
-			}, opts...)
+			f := newCappedFixture(t, by, total, nil)
 			var failed atomic.Pointer[error]
 			deadline := time.Now().Add(5 * time.Second)
 			var wg sync.WaitGroup

@@ -42,6 +42,12 @@ type tripwire struct {
 
 const maxRecorded = 32
 
+// over makes w wrap a and returns w: a fixture's wrap.
+func (w *tripwire) over(a allocator.Allocator) allocator.Allocator {
+	w.Allocator = a
+	return w
+}
+
 func (w *tripwire) Allocate(size int64) (*cl.Buffer, error) {
 	if w.tripped.Load() {
 		return nil, errTripped
@@ -114,7 +120,7 @@ func arenaUnit(q *cl.CommandQueue) int64 {
 func firstAsk(t *testing.T, held []int64, size int64) (managed, ask int64) {
 	t.Helper()
 	w := &tripwire{}
-	f := newFixture(t, func(a allocator.Allocator) allocator.Allocator { w.Allocator = a; return w }, mempool.WithArena())
+	f := newFixture(t, w.over, mempool.WithArena())
 	var open []*mempool.PooledBuffer
 	for _, n := range held {
 		b, err := f.pool.Allocate(n)
@@ -277,17 +283,7 @@ func TestLadderLimitServesWhatABudgetServes(t *testing.T) {
 		for _, by := range []string{"limit", "budget"} {
 			t.Run(c.name+"/"+by, func(t *testing.T) {
 				w := &tripwire{}
-				opts := []mempool.Option{mempool.WithArena()}
-				if by == "limit" {
-					opts = append(opts, mempool.WithLimit(c.total))
-				}
-				f := newFixture(t, func(a allocator.Allocator) allocator.Allocator {
-					if by == "budget" {
-						a = allocator.NewBudget(a, c.total)
-					}
-					w.Allocator = a
-					return w
-				}, opts...)
+				f := newCappedFixture(t, by, c.total, w.over, mempool.WithArena())
 				var held []*mempool.PooledBuffer
 				for _, n := range c.held {
 					b, err := f.pool.Allocate(n)
@@ -329,17 +325,7 @@ func TestLadderRoomCountsTheSegmentsBeforeGrowFrees(t *testing.T) {
 	for _, by := range []string{"limit", "budget"} {
 		t.Run(by, func(t *testing.T) {
 			w := &tripwire{}
-			opts := []mempool.Option{mempool.WithArena()}
-			if by == "limit" {
-				opts = append(opts, mempool.WithLimit(total))
-			}
-			f := newFixture(t, func(a allocator.Allocator) allocator.Allocator {
-				if by == "budget" {
-					a = allocator.NewBudget(a, total)
-				}
-				w.Allocator = a
-				return w
-			}, opts...)
+			f := newCappedFixture(t, by, total, w.over, mempool.WithArena())
 			small, err := f.pool.Allocate(1000) // a 2 MiB small segment
 			require.NoError(t, err)
 			// A large segment takes (most of) the rest: under the limit, the
@@ -500,16 +486,7 @@ func TestLadderCollectsDroppedBuffersFirst(t *testing.T) {
 	total := allocSize(8000) + allocSize(4000) // room for two blocks only
 	for _, by := range []string{"budget", "limit"} {
 		t.Run(by, func(t *testing.T) {
-			var opts []mempool.Option
-			if by == "limit" {
-				opts = append(opts, mempool.WithLimit(total))
-			}
-			f := newFixture(t, func(a allocator.Allocator) allocator.Allocator {
-				if by == "budget" {
-					return allocator.NewBudget(a, total)
-				}
-				return a
-			}, opts...)
+			f := newCappedFixture(t, by, total, nil)
 			held, err := f.pool.Allocate(8000)
 			require.NoError(t, err)
 			require.NoError(t, held.Close())

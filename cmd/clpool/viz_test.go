@@ -266,19 +266,7 @@ func stepsAt(t *testing.T, pg page, k int) []mapBlock {
 			}
 		}
 	}
-	var out []mapBlock
-	for _, seg := range segs {
-		for _, b := range seg {
-			out = append(out, b)
-		}
-	}
-	slices.SortFunc(out, func(a, b mapBlock) int {
-		if a.Seg != b.Seg {
-			return int(a.Seg - b.Seg)
-		}
-		return int(a.Offset - b.Offset)
-	})
-	return out
+	return flatten(segs)
 }
 
 // randomTrace returns a trace of n events over many size classes, from seed.

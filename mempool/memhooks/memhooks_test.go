@@ -223,19 +223,7 @@ func TestRecordedTraceReplaysToTheSameCounters(t *testing.T) {
 	p.AddHook(rec)
 
 	// A workload: a sliding window over sizes that share and miss bins.
-	var window []*mempool.PooledBuffer
-	for i := range 400 {
-		b, err := p.Allocate(int64(100 + (i*37)%5000))
-		require.NoError(t, err)
-		window = append(window, b)
-		if len(window) > 7 {
-			require.NoError(t, window[i%len(window)].Close())
-			window = append(window[:i%len(window)], window[i%len(window)+1:]...)
-		}
-	}
-	for _, b := range window {
-		require.NoError(t, b.Close())
-	}
+	churn(t, p.Allocate, 400)
 	require.NoError(t, rec.Flush())
 	want := p.Stats()
 
