@@ -7,13 +7,15 @@
 #
 # The old build is a git worktree of OLD_COMMIT in $TMPDIR; the current
 # working tree is the new one. Benchmark files the old commit lacks are
-# copied into its worktree (mempool/bench_plain_test.go).
+# copied into its worktree (mempool/bench_plain_test.go, bench_replay_test.go).
 set -euo pipefail
 old=$1 rounds=$2 re=$3 pkg=${4:-./mempool/}
 root=$(git rev-parse --show-toplevel)
 wt=${TMPDIR:-/tmp}/clpool-bench-$old
 [ -d "$wt" ] || git -C "$root" worktree add -q --detach "$wt" "$old"
-cp "$root/mempool/bench_plain_test.go" "$wt/mempool/"
+for f in bench_plain_test.go bench_replay_test.go; do
+	git -C "$wt" cat-file -e "HEAD:mempool/$f" 2>/dev/null || cp "$root/mempool/$f" "$wt/mempool/"
+done
 out=$(mktemp)
 for i in $(seq "$rounds"); do
 	for side in old new; do

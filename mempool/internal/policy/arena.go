@@ -91,7 +91,7 @@ func Round(size, align int64) int64 {
 // Blocks waiting are merged first.
 func (a *Arena[T]) SetQuick(n int, maxSize int64) {
 	a.Flush()
-	a.quick.setLimits(a.align, max(n, 0), maxSize)
+	a.quick.setLimits(max(n, 0), maxSize)
 }
 
 // Get takes a free block of at least n bytes (n from Round), splits off
@@ -157,8 +157,7 @@ func (a *Arena[T]) Add(seg *Segment[T], n int64) *Block[T] {
 
 // Flush merges every block waiting unmerged with its free neighbours.
 func (a *Arena[T]) Flush() {
-	for b := a.quick.any(); b != nil; b = a.quick.any() {
-		a.quick.remove(b)
+	for b := a.quick.pop(); b != nil; b = a.quick.pop() {
 		a.coalesce(b)
 	}
 }
@@ -261,9 +260,7 @@ func (a *Arena[T]) LargestFree() int64 {
 	if c, ok := a.sized.largest(); ok {
 		m = max(m, a.sized.tail(c).Size)
 	}
-	if b := a.quick.any(); b != nil {
-		m = max(m, b.Size)
-	}
+	m = max(m, a.quick.largest())
 	return m
 }
 

@@ -1,0 +1,39 @@
+package mempool_test
+
+import (
+	"testing"
+
+	"github.com/clpool/clpool/mempool"
+	"github.com/clpool/clpool/trace"
+)
+
+// BenchmarkReplay replays recorded and synthetic traces through a warm pool
+// over Immediate, with exact bins and with the arena: what `clpool replay`
+// times, in a form `-cpuprofile` can look into (ns/event).
+func BenchmarkReplay(b *testing.B) {
+	for _, name := range []string{"mlp", "particles", "synth-random-mixed"} {
+		events, err := trace.ReadFile("../testdata/" + name + ".tsv")
+		if err != nil {
+			b.Fatal(err)
+		}
+		events = trace.Blocks(events)
+		for _, policy := range []struct {
+			name string
+			opts []mempool.Option
+		}{{"bins", nil}, {"arena", []mempool.Option{mempool.WithArena()}}} {
+			b.Run(name+"/"+policy.name, func(b *testing.B) {
+				p := benchPool(b, policy.opts...)
+				replay := func() {
+					if err := trace.Replay(events, p.Allocate, (*mempool.PooledBuffer).Close); err != nil {
+						b.Fatal(err)
+					}
+				}
+				replay() // warm: the segments and bins a replay needs
+				for b.Loop() {
+					replay()
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(events)), "ns/event")
+			})
+		}
+	}
+}
