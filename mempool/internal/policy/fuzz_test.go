@@ -12,8 +12,11 @@ import (
 // free neighbours are merged unless one waits unmerged (at most
 // DefaultQuick do, and none after TakeLargest), every byte of every
 // segment is in exactly one block, and the counts agree (Check), after
-// every step; and a request goes to the device only if no free block
-// fits it.
+// every step; a request goes to the device only if no free block fits
+// it; and every new segment is sized as SegmentSize says: at least the
+// request's block, in OwnUnit multiples, FirstSegment for the first small
+// one, and no larger than the preferred size or the request's block with
+// its headroom.
 func FuzzArena(f *testing.F) {
 	f.Add([]byte{1, 2, 3, 200, 4, 5, 130, 6, 255, 7, 8})
 	f.Add([]byte{255, 255, 0, 128, 129, 64, 3, 3, 3, 3})
@@ -46,6 +49,7 @@ func FuzzArena(f *testing.F) {
 						delete(segs, s)
 					}
 					s := p.NewSegment(size)
+					checkSegmentSize(t, p, s, size, len(segs) == 0)
 					segs[s] = true
 					b = p.Add(s, size)
 				}
@@ -80,4 +84,19 @@ func FuzzArena(f *testing.F) {
 		require.Empty(t, segs, "every segment wholly free at the end")
 		require.Equal(t, policy.Counts{}, *p.Counts())
 	})
+}
+
+// checkSegmentSize checks a new segment s for a request of size against
+// SegmentSize's contract (preferred: FuzzArena's 64 MiB); first: the
+// arena holds no segment.
+func checkSegmentSize(t *testing.T, p *policy.Arenas[int], s *policy.Segment[int], size int64, first bool) {
+	t.Helper()
+	n := p.Round(size)
+	require.GreaterOrEqual(t, s.Size, n, "a %d-byte request's segment holds its block", size)
+	require.Zero(t, s.Size%policy.OwnUnit, "segment of %d bytes: a multiple of OwnUnit", s.Size)
+	headroom := (n + n/policy.HeadroomDivisor + policy.OwnUnit - 1) / policy.OwnUnit * policy.OwnUnit
+	require.LessOrEqual(t, s.Size, max(int64(64<<20), headroom), "a %d-byte request's segment", size)
+	if first && n <= policy.FirstSegment {
+		require.Equal(t, int64(policy.FirstSegment), s.Size, "the first segment of a small request")
+	}
 }
