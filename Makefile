@@ -58,12 +58,13 @@ replay: deps
 	$(BUILD)/clpool replay -warmup 50 testdata/cg.tsv
 
 # viz draws the mlp trace as $(BUILD)/mlp.html and screenshots it to
-# $(BUILD)/viz.png with headless Chromium: it writes under $(BUILD) only.
+# $(BUILD)/viz.png with headless Chromium: it writes under $(BUILD) only
+# (Chromium's profile too, which it would otherwise keep in $HOME).
 viz: deps
 	$(GO) build -o $(BUILD)/clpool ./cmd/clpool
 	$(BUILD)/clpool viz -o $(BUILD)/mlp.html testdata/mlp.tsv
 	chromium --headless --no-sandbox --disable-gpu --window-size=1400,1600 \
-		--screenshot=$(abspath $(BUILD)/viz.png) file://$(abspath $(BUILD)/mlp.html) 2>/dev/null
+		--user-data-dir=$(abspath $(BUILD)/chromium) --screenshot=$(abspath $(BUILD)/viz.png) file://$(abspath $(BUILD)/mlp.html) 2>/dev/null
 
 # screenshots regenerates the pictures README.md shows (docs/viz.png, a
 # tracked file) from viz's.

@@ -32,8 +32,10 @@ func TestMakeVizWritesUnderBuildOnly(t *testing.T) {
 	assert.NotContains(t, viz, "docs/")
 	root, err := filepath.Abs(repoRoot)
 	require.NoError(t, err)
-	// Every file it names to write: -o, --screenshot=, > redirections.
-	written := regexp.MustCompile(`(?:-o |--screenshot=|> )(\S+)`).FindAllStringSubmatch(viz, -1)
+	// Every file it names to write: -o, --screenshot=, Chromium's profile
+	// (in $HOME unless it is named), > redirections.
+	assert.Contains(t, viz, "--user-data-dir=")
+	written := regexp.MustCompile(`(?:-o |--screenshot=|--user-data-dir=|> )(\S+)`).FindAllStringSubmatch(viz, -1)
 	require.NotEmpty(t, written)
 	for _, m := range written {
 		path := strings.TrimPrefix(m[1], root+"/")

@@ -63,12 +63,13 @@ func (p *progress) done() {
 
 // count reports that done of total units of a phase are done (bytes read,
 // events replayed): on a terminal, a bar redrawn when the percentage
-// changes; nothing otherwise.
+// changes; nothing otherwise. done may pass total (a file that grows as
+// it is read): the bar stays full.
 func (p *progress) count(phase string, done, total int64) {
 	if !p.terminal || total <= 0 {
 		return
 	}
-	pct := int(100 * done / total)
+	pct := int(100 * min(max(done, 0), total) / total)
 	if p.drawn && phase == p.phase && pct == p.pct {
 		return
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -84,4 +85,17 @@ func TestPlainProgressIsAtMostALineEveryFewSeconds(t *testing.T) {
 	assert.Equal(t, "pool-immediate: run 31/340: 10.0 ns/event", lines[1])
 	p.count("reading", 1, 2)
 	assert.Len(t, strings.Split(strings.TrimSpace(out.String()), "\n"), 12, "no bar off a terminal")
+}
+
+// On a terminal, viz draws a bar of the bytes read against the file's
+// size at Stat. A trace still being recorded (the recorder now writes by
+// itself every 250 ms) grows while viz reads it: the percentage passes
+// 100 and strings.Repeat panics with a negative count.
+func TestProgressOfAFileThatGrewDoesNotPanic(t *testing.T) {
+	var out bytes.Buffer
+	p := newProgress(&out)
+	p.terminal = true                            // as newProgress sets it on a terminal
+	grown := strings.Repeat("a\t1\t4096\n", 300) // 2,700 bytes
+	r := &progressReader{r: strings.NewReader(grown), prog: p, phase: "reading", total: 1500}
+	assert.NotPanics(t, func() { _, _ = io.Copy(io.Discard, r) })
 }
