@@ -201,3 +201,20 @@ func TestPackagePassesWithOnlyPOCL(t *testing.T) {
 	assert.Contains(t, out, `needs a "oclgrind" device, and none is installed`)
 	assert.NotContains(t, out, "Oclgrind Simulator", "the child sees POCL alone")
 }
+
+// StableName is "name (vendor)", without String's platform ordinal
+// ("1:0 ..."), which changes with the .icd files installed; a device
+// identical to one listed before it has a number after it. nil's is "".
+func TestStableNameHasNoICDOrdinal(t *testing.T) {
+	all, err := cl.AllDevices()
+	require.NoError(t, err)
+	require.NotEmpty(t, all)
+	for _, d := range all {
+		name := d.StableName()
+		assert.True(t, strings.HasPrefix(name, d.Name+" ("+d.Vendor+")"), "%q", name)
+		assert.NotContains(t, name, fmt.Sprintf("%d:%d ", d.Platform.Index, d.Index))
+		assert.Equal(t, name, d.StableName(), "the same each time")
+	}
+	var none *cl.Device
+	assert.Empty(t, none.StableName())
+}

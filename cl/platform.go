@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"unsafe"
 )
 
@@ -294,6 +295,44 @@ func (d *Device) String() string {
 		return "<nil>"
 	}
 	return fmt.Sprintf("%d:%d %s (%s)", d.Platform.Index, d.Index, d.Name, d.Platform.Name)
+}
+
+// stableNames caches StableName's answers: it lists every device.
+var stableNames sync.Map // *Device -> string
+
+// StableName returns the device's name and vendor, "name (vendor)": a
+// name that stays the same however the ICD loader is set up, unlike
+// String, which begins with the platform's ordinal (it changes with the
+// .icd files installed). A device identical in name and vendor to one
+// listed before it (AllDevices' order) is told apart by its place among
+// them: "name (vendor) #2", #3, and so on; the first has no number, so a
+// second card does not rename the first. It returns "" for a nil d. The
+// answer is computed once per Device.
+func (d *Device) StableName() string {
+	if d == nil {
+		return ""
+	}
+	if name, ok := stableNames.Load(d); ok {
+		return name.(string)
+	}
+	name := d.Name + " (" + d.Vendor + ")"
+	if all, err := AllDevices(); err == nil && d.Platform != nil {
+		nth := 0
+		for _, o := range all {
+			if o.Name != d.Name || o.Vendor != d.Vendor {
+				continue
+			}
+			nth++
+			if o.Platform.Index == d.Platform.Index && o.Index == d.Index {
+				if nth > 1 {
+					name += " #" + strconv.Itoa(nth)
+				}
+				break
+			}
+		}
+	}
+	stableNames.Store(d, name)
+	return name
 }
 
 // AllDevices lists every device of every platform, in platform order.

@@ -6,6 +6,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/trace"
 )
 
@@ -31,7 +32,9 @@ type Snapshot struct {
 	PeakActiveBytes  int64 `json:"peak_active_bytes"`
 
 	// History is the last events of a registered hook that keeps them
-	// (memhooks.History), oldest first; empty if none is registered.
+	// (memhooks.History), oldest first; empty if none is registered. Their
+	// queues are numbered as the blocks' Queue, when the hook says which
+	// queue each of its numbers is (memhooks.History does).
 	History []trace.Event `json:"history,omitempty"`
 }
 
@@ -72,6 +75,13 @@ type SiteNamer interface {
 // historyKeeper is a hook that keeps the last events (memhooks.History).
 type historyKeeper interface {
 	History() []trace.Event
+}
+
+// historyQueues is a historyKeeper whose events number queues their own
+// way: an event's queue n is Queues()[n-1] (memhooks.History). Snapshot
+// renumbers them as the pool numbers its queues.
+type historyQueues interface {
+	Queues() []*cl.CommandQueue
 }
 
 // Snapshot returns the pool's segments and blocks now, for either policy.
@@ -119,6 +129,9 @@ func (p *Pool) Snapshot() Snapshot {
 		for _, entry := range *hooks {
 			if h, ok := entry.h.(historyKeeper); ok && s.History == nil {
 				s.History = h.History()
+				if hq, ok := entry.h.(historyQueues); ok {
+					renumberQueues(s.History, hq.Queues(), st.Queues)
+				}
 			}
 			if n, ok := entry.h.(SiteNamer); ok {
 				nameSites(s.Segments, n)
@@ -126,6 +139,21 @@ func (p *Pool) Snapshot() Snapshot {
 		}
 	}
 	return s
+}
+
+// renumberQueues sets each event's Queue n, the queue hq[n-1], to the
+// pool's number of that queue: 1 + its index in queues; 0 if the pool
+// has no such queue.
+func renumberQueues(events []trace.Event, hq []*cl.CommandQueue, queues []QueueStats) {
+	number := make(map[*cl.CommandQueue]int, len(queues))
+	for i, q := range queues {
+		number[q.Queue] = i + 1
+	}
+	for i := range events {
+		if n := events[i].Queue; n > 0 && n <= len(hq) {
+			events[i].Queue = number[hq[n-1]]
+		}
+	}
 }
 
 // nameSites fills in the sites n knows of active blocks that have none.

@@ -24,7 +24,8 @@ const (
 var byteUnits = []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
 
 // WriteSummary writes the pool's statistics to w as the table of
-// torch.cuda.memory_summary: a header with the device, the policy, the
+// torch.cuda.memory_summary: a header with the device (its StableName,
+// as metrics labels it, without the ICD loader's ordinal), the policy, the
 // limit and the pool's event counts, then a row for each torch statistic
 // (allocated, active, requested, reserved and non-releasable memory; the
 // counts of allocations, active allocations, reserved segments and
@@ -51,7 +52,7 @@ func (p *Pool) WriteSummary(w io.Writer) error {
 
 	device := "device unknown"
 	if d := p.Device(); d != nil {
-		device = "device " + d.String()
+		device = "device " + d.StableName()
 	}
 	b.WriteString(border)
 	b.WriteString("|" + center("clpool memory summary", summaryInner) + "|\n")

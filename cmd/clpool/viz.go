@@ -609,35 +609,54 @@ func snapshotPage(s snapshotFile) (page, error) {
 	// The blocks active at the snapshot that the history did not see
 	// allocated were allocated before it began: they are bands from its
 	// start, at the bottom of the stack. The history numbers blocks its
-	// own way, so they are told apart by size: each block the history
-	// leaves live is one of the snapshot's active blocks of its size.
-	liveSizes := map[int64]int{} // size -> blocks of it the history leaves live
+	// own way, so they are told apart by size, queue and site: each block
+	// the history leaves live is one of the snapshot's active blocks of
+	// its size, of its queue and site if one has them (a History with
+	// sites names the site of each block it saw allocated, and numbers
+	// queues as the snapshot does), else of its size alone.
+	type blockKey struct {
+		size  int64
+		queue int
+		site  string
+	}
+	liveKeys := map[blockKey]int{} // blocks of the key the history leaves live
+	liveSizes := map[int64]int{}   // and of the size, once those are matched
 	{
-		sizeOf := map[int64]int64{}
+		live := map[int64]blockKey{}
 		for _, ev := range events {
 			switch ev.Op {
 			case trace.Alloc:
-				sizeOf[ev.ID] = ev.Size
+				live[ev.ID] = blockKey{ev.Size, ev.Queue, ev.Site}
 			case trace.Free:
-				delete(sizeOf, ev.ID)
+				delete(live, ev.ID)
 			}
 		}
-		for _, size := range sizeOf {
-			liveSizes[size]++
+		for _, k := range live {
+			liveKeys[k]++
 		}
 	}
-	var before []mempool.BlockSnapshot
+	var active, before []mempool.BlockSnapshot
 	for _, seg := range s.Segments {
 		for _, bl := range seg.Blocks {
 			if bl.State != mempool.StateActive {
 				continue
 			}
-			if liveSizes[bl.Requested] > 0 {
-				liveSizes[bl.Requested]--
+			if k := (blockKey{bl.Requested, bl.Queue, bl.Site}); liveKeys[k] > 0 {
+				liveKeys[k]--
 				continue
 			}
-			before = append(before, bl)
+			active = append(active, bl)
 		}
+	}
+	for k, n := range liveKeys {
+		liveSizes[k.size] += n
+	}
+	for _, bl := range active {
+		if liveSizes[bl.Requested] > 0 {
+			liveSizes[bl.Requested]--
+			continue
+		}
+		before = append(before, bl)
 	}
 	slices.SortFunc(before, func(x, y mempool.BlockSnapshot) int { return cmp.Compare(x.ID, y.ID) })
 	live := int64(0)
@@ -700,7 +719,7 @@ func snapshotPage(s snapshotFile) (page, error) {
 		return pg, nil
 	}
 	pg.Map.Moment = pg.Events
-	pg.Notes = append(pg.Notes, fmt.Sprintf("Plots 1 and 2 are the snapshot's history, its last %d events, from %s: the blocks active at the snapshot that it did not see allocated (told apart by size) are drawn from its start, and the %d frees of other blocks allocated before it are left out. The managed bytes are known only at the snapshot, drawn at the history's end.",
+	pg.Notes = append(pg.Notes, fmt.Sprintf("Plots 1 and 2 are the snapshot's history, its last %d events, from %s: the blocks active at the snapshot that it did not see allocated (told apart by size, queue and site) are drawn from its start, and the %d frees of other blocks allocated before it are left out. The managed bytes are known only at the snapshot, drawn at the history's end.",
 		len(s.History), pg.moment0(), left))
 	return pg, nil
 }

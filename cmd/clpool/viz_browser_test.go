@@ -288,18 +288,31 @@ func TestVizInBrowser(t *testing.T) {
 		assert.Equal(t, "none", b.evalString(`getComputedStyle(document.getElementById("scrubber")).display`), "one moment: no scrubber")
 		assert.Contains(t, b.evalString(`document.getElementById("map-caption").textContent`), "at the snapshot")
 		assert.Contains(t, b.evalString(`document.getElementById("sites").textContent`), "model.go:5:main.load")
+		// Block 2, the history's, is a band with the site and queue the
+		// history recorded: above block 100 (20000 bytes) and block 1
+		// (3000) between 1000.2 ms and 1000.3 ms.
+		var p point
+		b.eval(`clpoolViz.point(1000250000, 400000)`, &p)
+		b.mouse("mouseMoved", p.X, p.Y, false, 0)
+		b.settle()
+		tip := b.evalString(`document.getElementById("tooltip").textContent`)
+		assert.Contains(t, tip, "block 2 ")
+		assert.Contains(t, tip, "stack, innermost first:\n  kernel.go:99:main.step\n  main.go:30:main.main")
+		assert.Contains(t, tip, "queue 2")
+		assert.Contains(t, tip, "active at the snapshot")
 		// Block 100, from before the history, is a band with its site:
 		// zoomed on the history's first 0.1 ms, where it is most of the
 		// 23000 bytes active, tall enough to point at.
-		var from, to, p point
+		var from, to point
 		b.eval(`clpoolViz.point(1000100000, 0)`, &from)
 		b.eval(`clpoolViz.point(1000190000, 0)`, &to)
 		b.drag(from.X, to.X, from.Y-50, false)
 		b.eval(`clpoolViz.point(1000150000, 10000)`, &p)
 		b.mouse("mouseMoved", p.X, p.Y, false, 0)
 		b.settle()
-		tip := b.evalString(`document.getElementById("tooltip").textContent`)
+		tip = b.evalString(`document.getElementById("tooltip").textContent`)
 		assert.Contains(t, tip, "site model.go:5:main.load")
+		assert.Contains(t, tip, "queue 1")
 		assert.Contains(t, tip, "allocated before the history began")
 		assert.Contains(t, tip, "active at the snapshot")
 	})

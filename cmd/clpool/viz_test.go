@@ -12,7 +12,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/clpool/clpool/internal/cltest"
+	"github.com/clpool/clpool/internal/pooltest"
 	"github.com/clpool/clpool/mempool"
+	"github.com/clpool/clpool/mempool/memhooks"
 	"github.com/clpool/clpool/trace"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -414,10 +417,10 @@ func TestRunListsViz(t *testing.T) {
 }
 
 // The hand-made snapshot: a pool whose history began at 1 s, after block
-// 100 (20000 bytes, at model.go:5) was allocated; the history allocates
-// blocks 1 (3000 bytes) and 2 (700000), frees 1, and frees a block from
-// before it (7). Its segments hold 100 and 2 active, with sites and
-// queues.
+// 100 (20000 bytes, at model.go:5) was allocated; the history, recorded
+// with sites, allocates blocks 1 (3000 bytes, on queue 1) and 2 (700000,
+// on queue 2), frees 1, and frees a block from before it (7). Its
+// segments hold 100 and 2 active, with sites and queues.
 const snapshotByHand = `{
   "time": "2026-01-02T03:04:05Z", "policy": "arena", "device": "pthread-cpu",
   "managed_bytes": 4194304, "active_bytes": 720000, %s
@@ -430,10 +433,10 @@ const snapshotByHand = `{
       {"offset": 700416, "size": 1396736, "state": "inactive_split"}]}
   ],
   "history": [
-    {"op": "f", "id": 7, "size": 0, "t": 1000000000},
-    {"op": "a", "id": 1, "size": 3000, "t": 1000100000},
-    {"op": "a", "id": 2, "size": 700000, "t": 1000200000},
-    {"op": "f", "id": 1, "size": 0, "t": 1000300000}
+    {"op": "f", "id": 7, "size": 0, "t": 1000000000, "queue": 1, "site": "model.go:9:main.load"},
+    {"op": "a", "id": 1, "size": 3000, "t": 1000100000, "queue": 1, "site": "model.go:7:main.load"},
+    {"op": "a", "id": 2, "size": 700000, "t": 1000200000, "queue": 2, "site": "kernel.go:99:main.step < main.go:30:main.main"},
+    {"op": "f", "id": 1, "size": 0, "t": 1000300000, "queue": 1, "site": "model.go:9:main.load"}
   ]
 }`
 
@@ -453,11 +456,12 @@ func TestVizReadsASnapshot(t *testing.T) {
 		Size:     []int64{20000, 3000, 700000},
 		A:        []int{0, 1, 2},
 		F:        []int{0, 3, 0},
-		Site:     []int{1, 0, 0},
-		FreeSite: []int{0, 0, 0},
-		Queue:    []int{1, 0, 0},
+		Site:     []int{1, 2, 3},
+		FreeSite: []int{0, 4, 0},
+		Queue:    []int{1, 1, 2},
 	}, pg.Allocs, "block 100 was allocated before the history: a band from its start; 2 is the history's")
-	assert.Equal(t, []string{"", "model.go:5:main.load"}, pg.Sites)
+	assert.Equal(t, []string{"", "model.go:5:main.load", "model.go:7:main.load", "kernel.go:99:main.step < main.go:30:main.main", "model.go:9:main.load"}, pg.Sites)
+	assert.Equal(t, 2, pg.Queues)
 	assert.Equal(t, peak{Bytes: 10485760, Moment: -1, Note: "the pool's peak, at a moment the snapshot does not record"}, pg.PeakManaged)
 	assert.Equal(t, int64(9000000), pg.PeakActive.Bytes)
 	assert.Equal(t, -1, pg.PeakActive.Moment)
@@ -511,6 +515,47 @@ func TestVizOfARealPoolsSnapshot(t *testing.T) {
 	}(), "the active blocks are drawn")
 	assert.Equal(t, pool.Stats().PeakManagedBytes, pg.PeakManaged.Bytes, "the pool's own peak")
 	assert.Equal(t, pool.Stats().PeakActiveBytes, pg.PeakActive.Bytes)
+}
+
+// A snapshot of a pool with a History that records sites: the history's
+// blocks have their sites, and their queues numbered as the snapshot's
+// blocks are; a block from before the history, of the size of one the
+// history leaves live, is told apart from it by its queue and site.
+func TestVizOfASnapshotWithASitedHistory(t *testing.T) {
+	q := cltest.Queue(t)
+	q2 := cltest.SecondQueue(t, q, 0)
+	pool := pooltest.New(t, q)
+	old, err := pool.Allocate(1000) // before the history, on q: the pool's queue 1
+	require.NoError(t, err)
+	h := memhooks.NewHistory(100, memhooks.WithSites())
+	pool.AddHook(h)
+	b1, err := pool.On(q2).Allocate(1000) // old's size, on the pool's queue 2, the history's 1
+	require.NoError(t, err)
+	b2, err := pool.Allocate(5000)
+	require.NoError(t, err)
+	tmp, err := pool.Allocate(300)
+	require.NoError(t, err)
+	require.NoError(t, tmp.Close())
+	raw, err := json.Marshal(pool.Snapshot())
+	require.NoError(t, err)
+	for _, b := range []*mempool.PooledBuffer{old, b1, b2} {
+		require.NoError(t, b.Close())
+	}
+
+	pg, err := loadPage(writeTemp(t, "snap.json", string(raw)), "arena", newProgress(&bytes.Buffer{}))
+	require.NoError(t, err)
+	a := pg.Allocs
+	require.Len(t, a.ID, 4, "old, then the history's three")
+	assert.Equal(t, []int64{int64(old.ID()), 1, 2, 3}, a.ID, "old is the band from before the history, not b1")
+	assert.Equal(t, []int64{1000, 1000, 5000, 300}, a.Size)
+	assert.Equal(t, []int{1, 2, 1, 1}, a.Queue, "the pool's numbers, the history's included")
+	assert.Equal(t, 2, pg.Queues)
+	assert.Empty(t, pg.Sites[a.Site[0]], "old's site is not known")
+	for i := 1; i < 4; i++ {
+		assert.Regexp(t, `^viz_test\.go:\d+:clpool\.TestVizOfASnapshotWithASitedHistory$`, pg.Sites[a.Site[i]], "allocation %d", i)
+	}
+	assert.NotEqual(t, a.Site[1], a.Site[2])
+	assert.Contains(t, strings.Join(pg.Notes, " "), "told apart by size, queue and site")
 }
 
 func TestProgressCountDrawsABarOnlyOnATerminal(t *testing.T) {

@@ -158,6 +158,18 @@ func TestRunPrintsWhatThePoolChanged(t *testing.T) {
 	assert.Contains(t, text, "a device allocation is little more than a malloc", "why it is small here")
 }
 
+// The demo names its device as WriteSummary and the metrics' device label
+// do, "name (vendor)", not with cl.Device.String's platform ordinal
+// ("1:0 pthread..."), which changes with the .icd files installed.
+func TestRunNamesTheDeviceStably(t *testing.T) {
+	q := cltest.Queue(t) // the device the demo will pick
+	var out bytes.Buffer
+	require.NoError(t, run(&out, cltest.Size(q, 512, 8192), 1, "", false))
+	d := q.Device()
+	assert.Contains(t, out.String(), ", on "+d.Name+" ("+d.Vendor+")\n")
+	assert.NotContains(t, out.String(), d.String())
+}
+
 // -trace records the pooled run: a trace with sites and the pool's
 // segments that reads back whole, with as many allocations as frees.
 func TestRunRecordsATrace(t *testing.T) {

@@ -91,7 +91,7 @@ func run(w io.Writer, n, iters int, tracePath string, arena bool) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "1-D Poisson, n = %d, %d CG iterations, float32, on %v\n", n, iters, q.Device())
+	fmt.Fprintf(w, "1-D Poisson, n = %d, %d CG iterations, float32, on %s\n", n, iters, q.Device().StableName())
 
 	// One iteration first, at the same size: building the kernels (and POCL
 	// specializing them for these work sizes) is paid by neither timed run.

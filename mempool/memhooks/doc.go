@@ -13,9 +13,11 @@
 //     250 ms; Flush or Close it when done (on Ctrl-C too: see
 //     TraceRecorder).
 //   - History keeps the last n allocations and frees in a ring, as
-//     torch.cuda.memory._record_memory_history(max_entries=n) does: read
-//     them with Events, or write them as a timed trace with WriteTrace. A
-//     pool's Snapshot includes them.
+//     torch.cuda.memory._record_memory_history(max_entries=n) does, with
+//     the pool's segments and each event's queue, and with WithSites its
+//     site: read them with Events, or write them as a timed trace with
+//     WriteTrace. A pool's Snapshot includes them, and with sites names
+//     each active block's site from them.
 //
 // Times are from the monotonic clock, measured from when the hook was made.
 // Register any of them with pool.AddHook; each is safe for concurrent use.

@@ -116,7 +116,7 @@ func ExampleTraceRecorder() {
 func ExampleNewHistory() {
 	p, done := examplePool()
 	defer done()
-	h := memhooks.NewHistory(3) // the last 3 events
+	h := memhooks.NewHistory(4) // the last 4 events
 	p.AddHook(h)
 
 	a, _ := p.Allocate(4000)
@@ -126,9 +126,11 @@ func ExampleNewHistory() {
 	defer b.Close()
 	defer c.Close()
 
-	// Allocating block 1 has left the ring.
+	// Allocating block 1 has left the ring. Ops A and F are the pool's
+	// segments, numbered apart from the blocks, a and f the blocks; all
+	// on the pool's queue, the History's queue 1.
 	for _, ev := range h.Events() {
-		fmt.Printf("%c %d %d\n", ev.Op, ev.ID, ev.Size)
+		fmt.Printf("%c %d %d queue %d\n", ev.Op, ev.ID, ev.Size, ev.Queue)
 	}
 	// WriteTrace leaves out the free of block 1 too, so that its trace
 	// replays.
@@ -137,8 +139,9 @@ func ExampleNewHistory() {
 	events, err := trace.Read(&out)
 	fmt.Println(len(events), "events in the trace", err)
 	// Output:
-	// a 2 100
-	// f 1 0
-	// a 3 200
-	// 2 events in the trace <nil>
+	// a 2 100 queue 1
+	// f 1 0 queue 1
+	// A 3 207 queue 1
+	// a 3 200 queue 1
+	// 3 events in the trace <nil>
 }

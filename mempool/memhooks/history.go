@@ -3,72 +3,103 @@ package memhooks
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/mempool"
 	"github.com/clpool/clpool/trace"
 )
 
-// History keeps a pool's last n allocations and frees in a ring, as
+// History keeps a pool's last n events in a ring, as
 // torch.cuda.memory._record_memory_history(max_entries=n) does, so that a
 // program can look back at what led up to a moment (an out-of-memory
 // error, a snapshot) at little cost while it runs.
 //
 // It records what TraceRecorder records, numbered the same way: a
 // successful Allocate as an Alloc of the bytes asked for, and the free of
-// a block it saw handed out (Close, or the collector's reclaim) as a Free,
-// each with its time since the History was made. Frees of blocks handed out before the History was
-// registered are not recorded.
+// a block it saw handed out (Close, or the collector's reclaim) as a
+// Free; the pool's segments as SegmentAlloc and SegmentFree, numbered
+// apart; each with its time since the History was made and its queue,
+// numbered 1, 2, ... in the order of their first use (Queues says which
+// is which; 0 for none). Frees of blocks and segments handed out before
+// the History was registered are not recorded. With WithSites (or
+// WithStacks) each event has its site too, where in the program it was
+// asked for, as TraceRecorder's; without, no event pays for one.
 //
-// Each event costs O(1) and, once the ring is full, allocates nothing; the
-// History's memory is the ring of n entries, grown as it fills, and the
-// ids of the blocks live now. It is safe for concurrent use.
+// Each event costs O(1) and, once the ring is full, allocates nothing
+// without sites; the History's memory is the ring of n entries, grown as
+// it fills, and the ids of the blocks and segments live now (with their
+// sites, with WithSites). It is safe for concurrent use.
+//
+// A pool's Snapshot includes its events (History), with their queues
+// numbered as the snapshot's blocks are, and, with sites, names the site
+// of each active block the History saw allocated (Site).
 type History struct {
 	start time.Time // for the events' times; it holds a monotonic reading
 	size  int       // the ring's capacity, n
+	depth int       // the frames of a site; 0: no sites
 
-	mu     sync.Mutex // protects the fields below
-	ring   []HistoryEntry
-	next   int              // where the next entry goes, once the ring is full
-	ids    map[uint64]int64 // live block ID -> trace id
-	lastID int64
+	mu    sync.Mutex // protects the fields below
+	ring  []HistoryEntry
+	next  int               // where the next entry goes, once the ring is full
+	num   numbering         // the blocks', segments' and queues' numbers
+	sites map[uint64]string // live block ID -> its allocation's site; nil without sites
 }
 
 // HistoryEntry is one event of a History: the trace event, and the size
 // of the block the pool used for it, which can be larger than the bytes
-// asked for (trace.Event's Size).
+// asked for (trace.Event's Size); a segment's size for a segment's event.
 type HistoryEntry struct {
 	trace.Event
 	AllocSize int64 `json:"alloc_size"`
 }
 
 // NewHistory returns a History of the last n events. Register it with
-// pool.AddHook. It panics if n is less than 1.
-func NewHistory(n int) *History {
+// pool.AddHook. Of the options, WithSites and WithStacks give each event
+// its site; WithFlushEvery means nothing to a History. It panics if n is
+// less than 1.
+func NewHistory(n int, opts ...TraceOption) *History {
 	if n < 1 {
 		panic(fmt.Sprintf("memhooks: NewHistory: n is %d, want at least 1", n))
 	}
-	return &History{start: time.Now(), size: n, ids: map[uint64]int64{}}
+	var c traceConfig
+	for _, o := range opts {
+		o(&c)
+	}
+	h := &History{start: time.Now(), size: n, depth: c.depth, num: newNumbering()}
+	if c.depth > 0 {
+		h.sites = map[uint64]string{}
+	}
+	return h
 }
 
-// Handle records successful Allocates and the frees of their blocks.
+// Handle records successful Allocates and the frees of their blocks, and
+// the segments the pool allocates and frees.
 func (h *History) Handle(e mempool.Event) {
-	switch {
-	case e.Kind == mempool.MallocAfter && e.Err == nil:
-		h.mu.Lock()
-		h.lastID++
-		h.ids[e.BlockID] = h.lastID
-		h.add(trace.Event{Op: trace.Alloc, ID: h.lastID, Size: e.Size}, e.AllocSize)
-		h.mu.Unlock()
-	case e.Kind == mempool.FreeBefore:
-		h.mu.Lock()
-		if id, ok := h.ids[e.BlockID]; ok {
-			delete(h.ids, e.BlockID)
-			h.add(trace.Event{Op: trace.Free, ID: id}, e.AllocSize)
-		}
-		h.mu.Unlock()
+	if !traced(e) {
+		return
 	}
+	site := ""
+	if h.depth > 0 {
+		site = lookupSite(h.depth) // outside the lock: it is the slow part
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ev, ok := h.num.event(e, site)
+	if !ok {
+		return
+	}
+	if h.sites != nil {
+		switch ev.Op {
+		case trace.Alloc:
+			h.sites[e.BlockID] = site
+		case trace.Free:
+			delete(h.sites, e.BlockID)
+		}
+	}
+	h.add(ev, e.AllocSize)
 }
 
 // add puts ev in the ring, with its time, over the oldest entry once the
@@ -101,8 +132,8 @@ func (h *History) Entries() []HistoryEntry {
 }
 
 // Events returns the last n events, oldest first. Their first events may
-// be frees of blocks whose allocations have left the ring; WriteTrace
-// leaves those out.
+// be frees of blocks and segments whose allocations have left the ring;
+// WriteTrace leaves those out.
 func (h *History) Events() []trace.Event {
 	entries := h.Entries()
 	events := make([]trace.Event, len(entries))
@@ -116,17 +147,49 @@ func (h *History) Events() []trace.Event {
 // the events of a History registered on the pool.
 func (h *History) History() []trace.Event { return h.Events() }
 
+// Queues returns the queues the events name: queue n, an event's Queue,
+// is Queues()[n-1]. A pool's Snapshot renumbers its history's queues with
+// it, as the pool numbers them.
+func (h *History) Queues() []*cl.CommandQueue {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.num.queues)
+}
+
+// Site returns where the live block id (a PooledBuffer's ID) was
+// allocated, as its Alloc event's Site, and whether the History knows:
+// it does for the blocks it saw handed out and not yet freed, if it
+// records sites (WithSites), even once their events have left the ring.
+// With it, a pool's Snapshot names the site of each active block
+// (mempool.SiteNamer).
+func (h *History) Site(id uint64) (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	site, ok := h.sites[id]
+	return site, ok && site != ""
+}
+
 // WriteTrace writes the events kept in the timed trace format of package
-// trace, less the frees of blocks whose allocations have left the ring,
-// so that what it writes reads back with trace.Read and replays. Blocks
-// still live at the end are left live, as in any trace. Ids and times are
-// as recorded: the ids need not start at 1, nor the times at 0.
+// trace, less the frees of blocks and segments whose allocations have
+// left the ring, so that what it writes reads back with trace.Read (and
+// ReadComplete) and replays. The trace is sited, with the queue and site
+// columns, if the History records sites or any event has a queue. Blocks
+// and segments still live at the end are left live, as in any trace. Ids
+// and times are as recorded: the ids need not start at 1, nor the times
+// at 0.
 func (h *History) WriteTrace(w io.Writer) error {
 	events := h.Events()
-	allocated := make(map[int64]bool, len(events))
 	tw := trace.NewTimedWriter(w)
+	if h.depth > 0 || trace.Sited(events) {
+		tw = trace.NewSitedWriter(w)
+	}
+	blocks, segs := make(map[int64]bool, len(events)), map[int64]bool{}
 	for _, ev := range events {
-		if ev.Op == trace.Alloc {
+		allocated := blocks
+		if ev.Op.Segment() {
+			allocated = segs
+		}
+		if ev.Op == trace.Alloc || ev.Op == trace.SegmentAlloc {
 			allocated[ev.ID] = true
 		} else if !allocated[ev.ID] {
 			continue // its allocation has left the ring

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/internal/cltest"
 	"github.com/clpool/clpool/internal/pooltest"
 	"github.com/clpool/clpool/mempool"
 	"github.com/clpool/clpool/mempool/memhooks"
@@ -28,6 +31,16 @@ func malloc(block uint64, size, allocSize int64) mempool.Event {
 
 func free(block uint64, size, allocSize int64) mempool.Event {
 	return mempool.Event{Kind: mempool.FreeBefore, Size: size, AllocSize: allocSize, BlockID: block}
+}
+
+// segAlloc and segFree are the events a pool sends for a segment, buf,
+// without a pool.
+func segAlloc(buf *cl.Buffer, size int64) mempool.Event {
+	return mempool.Event{Kind: mempool.AllocAfter, Size: size, AllocSize: size, Buffer: buf}
+}
+
+func segFree(buf *cl.Buffer, size int64) mempool.Event {
+	return mempool.Event{Kind: mempool.SegmentFree, Size: size, AllocSize: size, Buffer: buf}
 }
 
 // withoutTimes returns events with their times zeroed, after checking
@@ -216,4 +229,161 @@ func TestHistoryOnAPoolWritesATraceThatReplays(t *testing.T) {
 	for _, b := range window {
 		require.NoError(t, b.Close())
 	}
+}
+
+// A History keeps the pool's segments as a TraceRecorder writes them:
+// numbered apart from the blocks, a segment freed with its size, none
+// from before the History. WriteTrace leaves out the free of a segment
+// whose allocation left the ring, though a block of the same number is
+// still in it.
+func TestHistoryRecordsSegmentsNumberedApart(t *testing.T) {
+	segA, segB := &cl.Buffer{}, &cl.Buffer{}
+	h := memhooks.NewHistory(8)
+	h.Handle(segFree(&cl.Buffer{}, 1<<20)) // allocated before the History: not recorded
+	h.Handle(mempool.Event{Kind: mempool.AllocAfter, Size: 1 << 20, Err: mempool.ErrOutOfMemory})
+	h.Handle(segAlloc(segA, 2<<20))
+	h.Handle(malloc(10, 100, 512))
+	h.Handle(segAlloc(segB, 4<<20))
+	h.Handle(free(10, 100, 512))
+	h.Handle(segFree(segA, 2<<20))
+	assert.Equal(t, []trace.Event{
+		{Op: trace.SegmentAlloc, ID: 1, Size: 2 << 20},
+		{Op: trace.Alloc, ID: 1, Size: 100},
+		{Op: trace.SegmentAlloc, ID: 2, Size: 4 << 20},
+		{Op: trace.Free, ID: 1},
+		{Op: trace.SegmentFree, ID: 1, Size: 2 << 20},
+	}, withoutTimes(t, h.Events()))
+	assert.Equal(t, int64(4<<20), h.Entries()[2].AllocSize, "a segment's entry has its size")
+
+	h = memhooks.NewHistory(3)
+	h.Handle(segAlloc(segA, 2<<20)) // segment 1: leaves the ring
+	h.Handle(malloc(10, 100, 512))  // block 1
+	h.Handle(segFree(segA, 2<<20))
+	h.Handle(free(10, 100, 512))
+	var out bytes.Buffer
+	require.NoError(t, h.WriteTrace(&out))
+	assert.Regexp(t, `^op\tid\tsize\tt\na\t1\t100\t\d+\nf\t1\t0\t\d+\n$`, out.String())
+}
+
+// historyFrees returns events as a trace reads them back: the frees of
+// segments without their sizes.
+func historyFrees(events []trace.Event) []trace.Event {
+	out := slices.Clone(events)
+	for i := range out {
+		if out[i].Op == trace.SegmentFree {
+			out[i].Size = 0
+		}
+	}
+	return out
+}
+
+// A History on a pool used on two queues numbers the queues in the order
+// it sees them used, names where each event was asked for (WithSites),
+// and keeps the pool's segments; the pool's Snapshot numbers the
+// history's queues as its blocks', and names the active blocks' sites
+// from it; WriteTrace writes a sited trace that reads back whole.
+func TestHistoryOnAPoolRecordsQueuesSitesAndSegments(t *testing.T) {
+	q := cltest.Queue(t)
+	q2 := cltest.SecondQueue(t, q, 0)
+	p := pooltest.New(t, q)
+	before, err := p.Allocate(1000) // the pool's first queue is q
+	require.NoError(t, err)
+	allocsBefore := p.Stats().DeviceAllocs
+
+	h := memhooks.NewHistory(100, memhooks.WithSites())
+	p.AddHook(h)
+	b1, err := p.On(q2).Allocate(2000) // the History's queue 1, the pool's 2
+	require.NoError(t, err)
+	b2, err := p.Allocate(3000) // the History's queue 2, the pool's 1
+	require.NoError(t, err)
+	big, err := p.Allocate(8 << 20) // a segment of its own
+	require.NoError(t, err)
+	require.NoError(t, before.Close()) // handed out before the History: not recorded
+
+	assert.Equal(t, []*cl.CommandQueue{q2, q}, h.Queues())
+	blocks := trace.Blocks(h.Events())
+	require.Len(t, blocks, 3)
+	assert.Equal(t, []int{1, 2, 2}, []int{blocks[0].Queue, blocks[1].Queue, blocks[2].Queue})
+	site := `^history_test\.go:\d+:memhooks_test\.TestHistoryOnAPoolRecordsQueuesSitesAndSegments$`
+	for i, ev := range blocks {
+		assert.Regexp(t, site, ev.Site, "block %d", i+1)
+	}
+	assert.NotEqual(t, blocks[0].Site, blocks[1].Site, "two lines")
+
+	s := p.Snapshot()
+	require.Len(t, s.History, len(h.Events()))
+	active := map[uint64]mempool.BlockSnapshot{}
+	for _, seg := range s.Segments {
+		for _, bl := range seg.Blocks {
+			if bl.State == mempool.StateActive {
+				active[bl.ID] = bl
+			}
+		}
+	}
+	snapBlocks := trace.Blocks(s.History)
+	for i, b := range []*mempool.PooledBuffer{b1, b2, big} {
+		bl, ok := active[b.ID()]
+		require.True(t, ok, "block %d is active", i+1)
+		assert.Equal(t, bl.Queue, snapBlocks[i].Queue, "block %d: the history's queue is the snapshot's", i+1)
+		assert.Equal(t, blocks[i].Site, bl.Site, "block %d: the snapshot names its site from the History", i+1)
+		assert.Equal(t, blocks[i].Site, snapBlocks[i].Site)
+	}
+	assert.Equal(t, []int{2, 1, 1}, []int{snapBlocks[0].Queue, snapBlocks[1].Queue, snapBlocks[2].Queue}, "the pool's numbers: q was its first")
+	_, ok := h.Site(before.ID())
+	assert.False(t, ok, "a block from before the History")
+
+	for _, b := range []*mempool.PooledBuffer{b1, b2, big} {
+		require.NoError(t, b.Close())
+	}
+	require.NoError(t, p.FreeHeld()) // every segment goes back
+	_, ok = h.Site(b1.ID())
+	assert.False(t, ok, "freed")
+
+	events := h.Events()
+	segs := map[int64]int64{}
+	var allocs, frees int64
+	for _, ev := range events {
+		switch ev.Op {
+		case trace.SegmentAlloc:
+			allocs++
+			segs[ev.ID] = ev.Size
+			assert.Regexp(t, site, ev.Site, "a segment is allocated where its block is asked for")
+		case trace.SegmentFree:
+			frees++
+			assert.Equal(t, segs[ev.ID], ev.Size, "segment %d is freed with its size", ev.ID)
+		}
+	}
+	assert.Equal(t, p.Stats().DeviceAllocs-allocsBefore, allocs, "every segment allocated since the History")
+	assert.GreaterOrEqual(t, allocs, int64(1), "big's at least")
+	assert.Equal(t, allocs, frees, "FreeHeld gave them all back")
+
+	var out bytes.Buffer
+	require.NoError(t, h.WriteTrace(&out))
+	header, _, _ := strings.Cut(out.String(), "\n")
+	assert.Equal(t, "op\tid\tsize\tt\tqueue\tsite", header)
+	back, err := trace.ReadComplete(&out)
+	require.NoError(t, err)
+	assert.Equal(t, historyFrees(events), back, "every event, as recorded")
+}
+
+// A History without WithSites looks up no site: no event pays the
+// microsecond of a stack walk. With it, each event does.
+func TestHistoryWithoutSitesLooksUpNone(t *testing.T) {
+	lookups := memhooks.CountSiteLookups(t)
+	p := pooltest.New(t, nil)
+	h := memhooks.NewHistory(1000)
+	remove := p.AddHook(h)
+	churn(t, p.Allocate, 200)
+	remove()
+	assert.Zero(t, lookups.Load())
+	events := h.Events()
+	require.NotEmpty(t, events)
+	for _, ev := range events {
+		require.Empty(t, ev.Site)
+	}
+
+	sited := memhooks.NewHistory(1000, memhooks.WithSites())
+	p.AddHook(sited)
+	churn(t, p.Allocate, 200)
+	assert.Equal(t, int64(len(sited.Events())), lookups.Load(), "one lookup an event")
 }

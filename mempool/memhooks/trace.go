@@ -2,14 +2,10 @@ package memhooks
 
 import (
 	"io"
-	"runtime"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/mempool"
-	"github.com/clpool/clpool/mempool/internal/callsite"
 	"github.com/clpool/clpool/trace"
 )
 
@@ -65,18 +61,14 @@ type TraceRecorder struct {
 	// so that the times never go back down the file.
 	mu      sync.Mutex
 	w       *trace.Writer
-	ids     map[uint64]int64         // live block ID -> trace id
-	next    int64                    // the last trace id given
-	segs    map[any]int64            // a live segment's *cl.Buffer or *cl.SVM -> its trace id
-	nextSeg int64                    // the last segment id given
-	queues  map[*cl.CommandQueue]int // queue -> its number
-	timer   *time.Timer              // the flush to come; nil before the first
-	pending bool                     // lines wait for the timer
-	closed  bool                     // Close was called
-	err     error                    // the first write error
+	num     numbering   // the blocks', segments' and queues' numbers
+	timer   *time.Timer // the flush to come; nil before the first
+	pending bool        // lines wait for the timer
+	closed  bool        // Close was called
+	err     error       // the first write error
 }
 
-// TraceOption is an option of NewTraceRecorder.
+// TraceOption is an option of NewTraceRecorder, and of NewHistory.
 type TraceOption func(*traceConfig)
 
 type traceConfig struct {
@@ -86,8 +78,9 @@ type traceConfig struct {
 
 // WithSites adds the queue and site columns to the trace, the site being
 // the innermost frame outside clpool, in the file:line:function form of
-// LineProfile and of the pool's snapshots. Taking the caller's stack at
-// each event costs about a microsecond.
+// LineProfile and of the pool's snapshots; to a History, it gives each
+// event its site. Taking the caller's stack at each event costs about a
+// microsecond.
 func WithSites() TraceOption { return WithStacks(1) }
 
 // WithStacks is WithSites with up to depth frames in each site, innermost
@@ -112,8 +105,7 @@ func NewTraceRecorder(w io.Writer, opts ...TraceOption) *TraceRecorder {
 	for _, o := range opts {
 		o(&c)
 	}
-	r := &TraceRecorder{start: time.Now(), depth: c.depth, every: c.every,
-		ids: map[uint64]int64{}, segs: map[any]int64{}, queues: map[*cl.CommandQueue]int{}}
+	r := &TraceRecorder{start: time.Now(), depth: c.depth, every: c.every, num: newNumbering()}
 	if c.depth > 0 {
 		r.w = trace.NewSitedWriter(w)
 	} else {
@@ -125,53 +117,21 @@ func NewTraceRecorder(w io.Writer, opts ...TraceOption) *TraceRecorder {
 // Handle records successful Allocates and the frees of their blocks, and
 // the segments the pool allocates and frees.
 func (r *TraceRecorder) Handle(e mempool.Event) {
-	switch e.Kind {
-	case mempool.MallocAfter, mempool.AllocAfter:
-		if e.Err != nil {
-			return
-		}
-	case mempool.FreeBefore, mempool.SegmentFree:
-	default:
+	if !traced(e) {
 		return
 	}
 	site := ""
 	if r.depth > 0 {
-		site = r.site() // outside the lock: it is the slow part
+		site = lookupSite(r.depth) // outside the lock: it is the slow part
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return
 	}
-	ev := trace.Event{Site: site}
-	switch e.Kind {
-	case mempool.MallocAfter:
-		r.next++
-		r.ids[e.BlockID] = r.next
-		ev.Op, ev.ID, ev.Size, ev.Queue = trace.Alloc, r.next, e.Size, r.queue(e.Queue)
-	case mempool.FreeBefore:
-		id, ok := r.ids[e.BlockID]
-		if !ok {
-			return // handed out before the recorder was added
-		}
-		delete(r.ids, e.BlockID)
-		ev.Op, ev.ID, ev.Queue = trace.Free, id, r.queue(e.Queue)
-	case mempool.AllocAfter:
-		key := segmentKey(e)
-		if key == nil {
-			return // an allocator that hands out nothing to know it by
-		}
-		r.nextSeg++
-		r.segs[key] = r.nextSeg
-		ev.Op, ev.ID, ev.Size, ev.Queue = trace.SegmentAlloc, r.nextSeg, e.AllocSize, r.queue(e.Queue)
-	case mempool.SegmentFree:
-		key := segmentKey(e)
-		id, ok := r.segs[key]
-		if key == nil || !ok {
-			return // allocated before the recorder was added
-		}
-		delete(r.segs, key)
-		ev.Op, ev.ID, ev.Size = trace.SegmentFree, id, e.AllocSize
+	ev, ok := r.num.event(e, site)
+	if !ok {
+		return
 	}
 	ev.Time = time.Since(r.start)
 	r.note(r.w.Write(ev))
@@ -183,48 +143,6 @@ func (r *TraceRecorder) Handle(e mempool.Event) {
 			r.timer.Reset(r.every)
 		}
 	}
-}
-
-// segmentKey returns what a segment's alloc_after and segment_free
-// events name it by: its buffer, or its SVM allocation; nil if neither.
-func segmentKey(e mempool.Event) any {
-	switch {
-	case e.Buffer != nil:
-		return e.Buffer
-	case e.SVM != nil:
-		return e.SVM
-	}
-	return nil
-}
-
-// queue returns q's number, numbering it if it is new; 0 for nil. r.mu
-// must be held.
-func (r *TraceRecorder) queue(q *cl.CommandQueue) int {
-	if q == nil {
-		return 0
-	}
-	n, ok := r.queues[q]
-	if !ok {
-		n = len(r.queues) + 1
-		r.queues[q] = n
-	}
-	return n
-}
-
-// site returns the caller's site: up to r.depth frames outside clpool,
-// joined by " < "; "" if there is none (the collector's reclaim).
-func (r *TraceRecorder) site() string {
-	pcs := make([]uintptr, 64)
-	pcs = pcs[:runtime.Callers(3, pcs)] // from Handle's caller
-	if r.depth == 1 {
-		return callsite.First(pcs)
-	}
-	frames := callsite.Frames(pcs)
-	parts := make([]string, 0, min(len(frames), r.depth))
-	for _, f := range frames[:min(len(frames), r.depth)] {
-		parts = append(parts, f.String())
-	}
-	return strings.Join(parts, " < ")
 }
 
 // tick is the timer's: it writes the lines waiting.

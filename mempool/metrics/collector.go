@@ -117,43 +117,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 // pool does not know its device) and the pool's name.
 var poolLabels = []string{"device", "pool"}
 
-// deviceLabels caches DeviceLabel's answers: it lists every device.
-var deviceLabels sync.Map // *cl.Device -> string
-
-// DeviceLabel returns the device label of the series of a pool on d: the
-// device's name and vendor, "name (vendor)", which stay the same however
-// the ICD loader is set up (cl.Device.String begins with the platform's
-// ordinal, which changes with the .icd files installed). A device
-// identical in name and vendor to one listed before it (cl.AllDevices'
-// order) is told apart by its place among them: "name (vendor) #2", #3,
-// and so on; the first has no number, so a second card does not rename
-// the first's series. It returns "" for a nil d.
-func DeviceLabel(d *cl.Device) string {
-	if d == nil {
-		return ""
-	}
-	if label, ok := deviceLabels.Load(d); ok {
-		return label.(string)
-	}
-	label := d.Name + " (" + d.Vendor + ")"
-	if all, err := cl.AllDevices(); err == nil {
-		nth := 0
-		for _, o := range all {
-			if o.Name != d.Name || o.Vendor != d.Vendor {
-				continue
-			}
-			nth++
-			if o.Platform.Index == d.Platform.Index && o.Index == d.Index {
-				if nth > 1 {
-					label += " #" + strconv.Itoa(nth)
-				}
-				break
-			}
-		}
-	}
-	deviceLabels.Store(d, label)
-	return label
-}
+// DeviceLabel returns the device label of the series of a pool on d:
+// d.StableName(), the device's name and vendor, "name (vendor)", which
+// stay the same however the ICD loader is set up (cl.Device.String begins
+// with the platform's ordinal, which changes with the .icd files
+// installed). A device identical in name and vendor to one listed before
+// it (cl.AllDevices' order) is told apart by its place among them:
+// "name (vendor) #2", #3, and so on; the first has no number, so a second
+// card does not rename the first's series. It returns "" for a nil d.
+func DeviceLabel(d *cl.Device) string { return d.StableName() }
 
 // queueLabels returns the queue label of each of queues: its name (On's
 // QueueName) or else its index. A label another queue of the pool has
