@@ -108,7 +108,7 @@ const (
 // (LeakedAtClose), each with the line that allocated the block. Findings
 // returns them; each is also printed to standard error as it is found
 // (see WithSanitizerOutput). The environment variable CLPOOL_SANITIZE=1
-// turns it on for pools made without this option.
+// turns it on for pools made without this option (or WithoutSanitizer).
 //
 // A sanitized pool is slower and holds more memory: every block has
 // SanitizerGuard bytes more, filled at Allocate; a Close enqueues a check
@@ -118,7 +118,13 @@ const (
 // on whatever WithDropSafety says; every Allocate takes its caller's stack.
 // It serves pools of buffers and of SVM alike, and arrays over either
 // work unchanged. See the package doc's Sanitizer section.
-func WithSanitizer() Option { return func(c *config) { c.san.on = true } }
+func WithSanitizer() Option { return func(c *config) { c.san.on, c.san.off = true, false } }
+
+// WithoutSanitizer keeps the pool's memory sanitizer off whatever
+// SanitizeEnv says, for a pool that is no part of the program the
+// variable is meant for (a tool's replay of a trace, say). It replaces a
+// WithSanitizer given before it, and the other way round.
+func WithoutSanitizer() Option { return func(c *config) { c.san.on, c.san.off = false, true } }
 
 // WithSanitizerOutput sets where the sanitizer prints each finding as it
 // finds it, one line each: standard error by default, nowhere for a nil
@@ -127,20 +133,22 @@ func WithSanitizerOutput(w io.Writer) Option {
 	return func(c *config) { c.san.out, c.san.outSet = w, true }
 }
 
-// sanConfig is what WithSanitizer and WithSanitizerOutput say.
+// sanConfig is what WithSanitizer, WithoutSanitizer and
+// WithSanitizerOutput say.
 type sanConfig struct {
 	on     bool
+	off    bool // WithoutSanitizer: SanitizeEnv is not read
 	out    io.Writer
 	outSet bool
 }
 
-// resolveSanitizer reports whether the pool is sanitized (the option, or
+// resolveSanitizer reports whether the pool is sanitized (the options, or
 // else SanitizeEnv), for the constructor called call, and if so sets what
 // the sanitizer needs of the rest of the config: no queue caches, and drop
 // safety.
 func (c *config) resolveSanitizer(call string) (bool, error) {
 	on := c.san.on
-	if !on {
+	if !on && !c.san.off {
 		if v := strings.TrimSpace(os.Getenv(SanitizeEnv)); v != "" {
 			b, err := strconv.ParseBool(v)
 			if err != nil {

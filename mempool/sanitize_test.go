@@ -451,6 +451,28 @@ func TestSanitizerEnvironment(t *testing.T) {
 	_, err = mempool.New(imm)
 	assert.ErrorContains(t, err, mempool.SanitizeEnv)
 
+	// WithoutSanitizer does not read the variable, even one New refuses,
+	// and of it and WithSanitizer the last given wins.
+	plain, err := mempool.New(imm, mempool.WithoutSanitizer())
+	require.NoError(t, err)
+	require.NoError(t, plain.Close())
+	t.Setenv(mempool.SanitizeEnv, "1")
+	for name, tc := range map[string]struct {
+		opts     []mempool.Option
+		findings int
+	}{
+		"WithoutSanitizer":                {[]mempool.Option{mempool.WithoutSanitizer()}, 0},
+		"WithSanitizer, WithoutSanitizer": {[]mempool.Option{mempool.WithSanitizer(), mempool.WithoutSanitizer()}, 0},
+		"WithoutSanitizer, WithSanitizer": {[]mempool.Option{mempool.WithoutSanitizer(), mempool.WithSanitizer()}, 1},
+	} {
+		p := pooltest.New(t, q, append(tc.opts, mempool.WithSanitizerOutput(nil))...)
+		b, err := p.Allocate(40)
+		require.NoError(t, err)
+		runUpto(t, q, k, b, 10)
+		require.NoError(t, b.Close())
+		assert.Len(t, p.Findings(), tc.findings, name)
+	}
+
 	t.Setenv(mempool.SanitizeEnv, "0")
 	off, err := mempool.New(imm)
 	require.NoError(t, err)

@@ -243,7 +243,7 @@ func Read(r io.Reader) ([]Event, error) { return read(r, false) }
 func ReadComplete(r io.Reader) ([]Event, error) { return read(r, true) }
 
 func read(r io.Reader, complete bool) ([]Event, error) {
-	p := parser{liveSize: map[int64]int64{}, segSize: map[int64]int64{}}
+	p := parser{checker: newChecker("line")}
 	br := bufio.NewReader(r) // unlike a bufio.Scanner, no limit on a line's length
 	var events []Event
 	for line := 1; ; line++ {
@@ -278,16 +278,96 @@ func ReadFile(path string) ([]Event, error) {
 	return Read(f)
 }
 
-// parser is Read's state between lines.
-type parser struct {
+// Check checks events from elsewhere than a trace's text (a pool
+// snapshot's JSON history, say) as Read checks a trace's lines: that
+// each has a known op and no negative size, time or queue; that times
+// never go backwards (ErrTimeBackwards); that every free names a live
+// block, with size 0 or the size it was allocated with; and that no id is
+// allocated twice while live; and the same of segments. Its error names
+// the first event that fails, from 1, and wraps what Read's *LineError
+// would (errors.Is finds ErrTimeBackwards). Unlike Read, it leaves the
+// frees' sizes as they are.
+func Check(events []Event) error {
+	c := newChecker("event")
+	for i, ev := range events {
+		err := ev.checkFields()
+		if err == nil {
+			err = c.check(&ev, i+1)
+		}
+		if err != nil {
+			return fmt.Errorf("trace: event %d: %w", i+1, err)
+		}
+	}
+	return nil
+}
+
+// checkFields checks what Read checks of a line's fields, one at a time,
+// of an event that has no line.
+func (ev Event) checkFields() error {
+	switch {
+	case !ev.Op.valid():
+		return fmt.Errorf("unknown op %d, want a, f, A or F", byte(ev.Op))
+	case ev.Size < 0:
+		return fmt.Errorf("size %d is negative", ev.Size)
+	case ev.Time < 0:
+		return fmt.Errorf("time %d ns is negative", ev.Time.Nanoseconds())
+	case ev.Queue < 0:
+		return fmt.Errorf("queue %d is negative", ev.Queue)
+	}
+	return nil
+}
+
+// checker checks events in order against those before them, for Read
+// and Check: the times, and the blocks and segments live.
+type checker struct {
+	unit     string          // what a place is: "line" or "event"
 	liveSize map[int64]int64 // live block id -> its size
 	segSize  map[int64]int64 // live segment id -> its size
-	seen     bool            // a header or an event has been read
-	columns  int             // 3, 4 or 6, once seen
-	from     int             // the line that set columns
-	tabs     bool            // split on tabs only: the header names the queue and site columns
 	last     time.Duration   // the time of the last event
-	lastLine int             // its line; 0 before the first event
+	lastAt   int             // its place; 0 before the first event
+}
+
+func newChecker(unit string) checker {
+	return checker{unit: unit, liveSize: map[int64]int64{}, segSize: map[int64]int64{}}
+}
+
+// check checks ev, at place at (from 1), after the events checked before
+// it, and notes it. It sets a free's Size to 0.
+func (c *checker) check(ev *Event, at int) error {
+	if c.lastAt > 0 && ev.Time < c.last {
+		return kindErrorf(ErrTimeBackwards, "time %d ns is before the %d ns of %s %d: a trace's times never go backwards", ev.Time.Nanoseconds(), c.last.Nanoseconds(), c.unit, c.lastAt)
+	}
+	c.last, c.lastAt = ev.Time, at
+	what, live := "block", c.liveSize
+	if ev.Op.Segment() {
+		what, live = "segment", c.segSize
+	}
+	allocated, isLive := live[ev.ID]
+	if ev.Op == Alloc || ev.Op == SegmentAlloc {
+		if isLive {
+			return fmt.Errorf("%s %d allocated while live", what, ev.ID)
+		}
+		live[ev.ID] = ev.Size
+		return nil
+	}
+	if !isLive {
+		return fmt.Errorf("free of %s %d, which is not live", what, ev.ID)
+	}
+	if ev.Size != 0 && ev.Size != allocated {
+		return fmt.Errorf("free of %s %d with size %d, but it was allocated with %d (a free's size is 0 or the allocated size)", what, ev.ID, ev.Size, allocated)
+	}
+	delete(live, ev.ID)
+	ev.Size = 0
+	return nil
+}
+
+// parser is Read's state between lines.
+type parser struct {
+	checker
+	seen    bool // a header or an event has been read
+	columns int  // 3, 4 or 6, once seen
+	from    int  // the line that set columns
+	tabs    bool // split on tabs only: the header names the queue and site columns
 }
 
 // parse parses one line, as read, with its newline. ok is false for a
@@ -344,12 +424,7 @@ func (p *parser) parse(raw string, line int) (ev Event, ok bool, err error) {
 			return ev, false, fmt.Errorf("time %s is not a non-negative integer (nanoseconds)", shorten(fields[3]))
 		}
 		ev.Time = time.Duration(ns)
-		if p.lastLine > 0 && ev.Time < p.last {
-			return ev, false, kindErrorf(ErrTimeBackwards, "time %d ns is before the %d ns of line %d: a trace's times never go backwards", ns, p.last.Nanoseconds(), p.lastLine)
-		}
-		p.last = ev.Time
 	}
-	p.lastLine = line
 	if p.tabs {
 		if q := fields[4]; q != "-" {
 			n, err := strconv.ParseInt(q, 10, 0)
@@ -362,26 +437,9 @@ func (p *parser) parse(raw string, line int) (ev Event, ok bool, err error) {
 			ev.Site = site
 		}
 	}
-	what, live := "block", p.liveSize
-	if ev.Op.Segment() {
-		what, live = "segment", p.segSize
+	if err := p.check(&ev, line); err != nil {
+		return ev, false, err
 	}
-	allocated, isLive := live[ev.ID]
-	if ev.Op == Alloc || ev.Op == SegmentAlloc {
-		if isLive {
-			return ev, false, fmt.Errorf("%s %d allocated while live", what, ev.ID)
-		}
-		live[ev.ID] = ev.Size
-		return ev, true, nil
-	}
-	if !isLive {
-		return ev, false, fmt.Errorf("free of %s %d, which is not live", what, ev.ID)
-	}
-	if ev.Size != 0 && ev.Size != allocated {
-		return ev, false, fmt.Errorf("free of %s %d with size %d, but it was allocated with %d (a free's size is 0 or the allocated size)", what, ev.ID, ev.Size, allocated)
-	}
-	delete(live, ev.ID)
-	ev.Size = 0
 	return ev, true, nil
 }
 

@@ -166,6 +166,55 @@ func TestReadRejectsBadTraces(t *testing.T) {
 	}
 }
 
+func TestCheckRefusesWhatReadRefuses(t *testing.T) {
+	a := func(id, size int64, t time.Duration) trace.Event {
+		return trace.Event{Op: trace.Alloc, ID: id, Size: size, Time: t}
+	}
+	f := func(id, size int64, t time.Duration) trace.Event {
+		return trace.Event{Op: trace.Free, ID: id, Size: size, Time: t}
+	}
+	good := []trace.Event{a(1, 8, 10), {Op: trace.SegmentAlloc, ID: 1, Size: 4096, Time: 10}, f(1, 8, 20), a(1, 16, 20),
+		{Op: trace.SegmentFree, ID: 1, Size: 4096, Time: 30}, f(1, 0, 30)}
+	require.NoError(t, trace.Check(good), "a free's size may be the allocated one or 0; times may repeat")
+	assert.Equal(t, int64(8), good[2].Size, "Check leaves the events as they are")
+	require.NoError(t, trace.Check(nil))
+
+	for _, tc := range []struct {
+		name   string
+		events []trace.Event
+		want   string
+	}{
+		{"time going backwards", []trace.Event{a(1, 8, 50), a(2, 8, 9)}, "trace: event 2: time 9 ns is before the 50 ns of event 1"},
+		{"free of a dead block", []trace.Event{a(1, 8, 0), f(2, 0, 0)}, "trace: event 2: free of block 2, which is not live"},
+		{"double allocation", []trace.Event{a(1, 8, 0), a(1, 8, 0)}, "trace: event 2: block 1 allocated while live"},
+		{"free of the wrong size", []trace.Event{a(1, 8, 0), f(1, 99, 0)}, "trace: event 2: free of block 1 with size 99, but it was allocated with 8"},
+		{"free of a dead segment", []trace.Event{{Op: trace.SegmentFree, ID: 3}}, "trace: event 1: free of segment 3, which is not live"},
+		{"unknown op", []trace.Event{{ID: 1, Size: 8}}, "trace: event 1: unknown op 0"},
+		{"negative size", []trace.Event{a(1, -8, 0)}, "trace: event 1: size -8 is negative"},
+		{"negative time", []trace.Event{a(1, 8, -1)}, "trace: event 1: time -1 ns is negative"},
+		{"negative queue", []trace.Event{{Op: trace.Alloc, ID: 1, Size: 8, Queue: -2}}, "trace: event 1: queue -2 is negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := trace.Check(tc.events)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Equal(t, 1, strings.Count(err.Error(), "trace:"), "one prefix: %v", err)
+		})
+	}
+	assert.ErrorIs(t, trace.Check([]trace.Event{a(1, 8, 50), a(2, 8, 9)}), trace.ErrTimeBackwards)
+
+	// The same events, as a trace's lines, Read refuses at the same place.
+	var buf bytes.Buffer
+	w := trace.NewTimedWriter(&buf)
+	for _, ev := range []trace.Event{a(1, 8, 50), a(2, 8, 9)} {
+		require.NoError(t, w.Write(ev))
+	}
+	require.NoError(t, w.Flush())
+	_, err := trace.Read(&buf)
+	assert.ErrorIs(t, err, trace.ErrTimeBackwards)
+	assert.ErrorContains(t, err, "time 9 ns is before the 50 ns of line 2")
+}
+
 func TestEventJSON(t *testing.T) {
 	ev := trace.Event{Op: trace.Alloc, ID: 1, Size: 512, Time: 123}
 	data, err := json.Marshal(ev)

@@ -75,7 +75,11 @@ A timed trace has a fourth column, t, and one recorded with
 memhooks.WithSites two more, queue and site, which replay does not use; the
 recorded pool's segments (ops A and F) are not replayed, only reported. A
 trace cut mid-line, with times that go backwards, or with lines whose
-columns disagree with its header is refused, with its file and line.
+columns disagree with its header is refused, with its file and line, and
+so is one with no block event (a, f).
+
+The pools ignore CLPOOL_MEMORY_LIMIT and CLPOOL_SANITIZE, which are meant
+for your own program: they have no limit and no sanitizer.
 
 flags:
 `
@@ -185,7 +189,7 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	defer q.Release()
 	prog := newProgress(stderr)
-	fmt.Fprintf(stderr, "%s: %d events (%d allocations, peak %d live bytes, plan %d bytes) on %v\n", path, len(events), sum.Allocs, sum.PeakLiveBytes, plan.Size, q.Device())
+	fmt.Fprintf(stderr, "%s: %d events (%d allocations, peak %d live bytes, plan %d bytes) on %s\n", path, len(events), sum.Allocs, sum.PeakLiveBytes, plan.Size, q.Device().StableName())
 	if sum.SegmentAllocs > 0 {
 		fmt.Fprintf(stderr, "the pool that recorded it: %d device allocations, peak %d managed bytes\n", sum.SegmentAllocs, sum.PeakSegmentBytes)
 	}
@@ -268,7 +272,7 @@ func runConfig(name string, q *cl.CommandQueue, events []trace.Event, sum trace.
 	var once func() error
 	var pool *mempool.Pool
 	if c.pool {
-		opts := []mempool.Option{mempool.WithLeadingBits(lb), mempool.WithDropSafety(c.dropSafety)}
+		opts := append(unaffectedByEnv(), mempool.WithLeadingBits(lb), mempool.WithDropSafety(c.dropSafety))
 		if c.arena {
 			opts = append(opts, mempool.WithArena())
 		}
@@ -308,6 +312,16 @@ func runConfig(name string, q *cl.CommandQueue, events []trace.Event, sum trace.
 		r.PeakManaged = pool.Stats().PeakManagedBytes
 	}
 	return r, nil
+}
+
+// unaffectedByEnv returns the options every pool of clpool's starts
+// with: no limit and no sanitizer, whatever CLPOOL_MEMORY_LIMIT and
+// CLPOOL_SANITIZE say. The variables are meant for the user's own
+// programs; in replay, plan and viz they would change the figures (a
+// limit fails or trims the replay; the sanitizer adds guard bytes and
+// turns the queue caches off) or fail the command (a value New refuses).
+func unaffectedByEnv() []mempool.Option {
+	return []mempool.Option{mempool.WithLimit(0), mempool.WithoutSanitizer()}
 }
 
 func median(xs []float64) float64 {

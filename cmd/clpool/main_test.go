@@ -168,6 +168,52 @@ func TestParseTraceAgreesWithTraceReadOnRealTraces(t *testing.T) {
 	}
 }
 
+// replay and plan replay traces through pools of their own:
+// CLPOOL_MEMORY_LIMIT and CLPOOL_SANITIZE, meant for the user's program,
+// change none of their figures and fail neither.
+func TestReplayAndPlanIgnoreThePoolEnvironment(t *testing.T) {
+	path := writeTemp(t, "t.tsv", "op\tid\tsize\na\t1\t4096\na\t2\t100\nf\t1\t0\na\t3\t4000\nf\t2\t0\nf\t3\t0\n")
+	figures := func(t *testing.T) (replay, plan string) {
+		t.Helper()
+		var out, errs bytes.Buffer
+		require.NoError(t, replayCmd([]string{"-runs", "1", "-warmup", "0", "-configs", "pool-immediate,pool-arena", "-format", "tsv", path}, &out, &errs), errs.String())
+		var rows []string
+		for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			f := strings.Split(l, "\t")
+			rows = append(rows, strings.Join(append(f[:1:1], f[2:]...), "\t")) // all but the time
+		}
+		out.Reset()
+		require.NoError(t, planCmd([]string{"-configs", "pool-immediate,pool-arena", "-format", "tsv", path}, &out, &errs), errs.String())
+		return strings.Join(rows, "\n"), out.String()
+	}
+	wantReplay, wantPlan := figures(t)
+	for _, env := range [][2]string{{mempool.SanitizeEnv, "1"}, {mempool.SanitizeEnv, "yes"}, {mempool.LimitEnv, "1"}} {
+		t.Run(env[0]+"="+env[1], func(t *testing.T) {
+			t.Setenv(env[0], env[1])
+			replay, plan := figures(t)
+			assert.Equal(t, wantReplay, replay)
+			assert.Equal(t, wantPlan, plan)
+		})
+	}
+}
+
+// replay and plan name their device as the metrics and WriteSummary do,
+// "name (vendor)", not with cl.Device.String's platform ordinal ("1:0
+// pthread..."), which changes with the .icd files installed.
+func TestReplayAndPlanNameTheDeviceStably(t *testing.T) {
+	q, err := cl.DefaultQueue()
+	require.NoError(t, err)
+	defer q.Release()
+	d := q.Device()
+	path := writeTemp(t, "t.tsv", "a\t1\t8\nf\t1\t0\n")
+	for _, cmd := range [][]string{{"replay", "-runs", "1", "-warmup", "0", "-configs", "immediate", path}, {"plan", "-configs", "immediate", path}} {
+		var out, errs bytes.Buffer
+		require.Equal(t, 0, run(cmd, &out, &errs), errs.String())
+		assert.Contains(t, errs.String(), " on "+d.StableName()+"\n", cmd[0])
+		assert.NotContains(t, errs.String(), d.String(), cmd[0])
+	}
+}
+
 func TestReplayChecksEveryFlagBeforeRunning(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "t.tsv")
 	require.NoError(t, os.WriteFile(path, []byte("a\t1\t8\nf\t1\t0\n"), 0o644))

@@ -31,7 +31,8 @@ replays the trace once on the device CLPOOL_DEVICE names, and plan prints
 its peak managed bytes and their ratio to the plan. With -configs none it
 prints the plan alone and needs no device. It checks its flags and reads
 every trace before it runs anything, and names the file and line of a bad
-event.
+event; a trace with no block event (a, f) is refused. As in replay, the
+pools ignore CLPOOL_MEMORY_LIMIT and CLPOOL_SANITIZE.
 
 Columns: allocs (allocations), live (peak live bytes), plan (the plan's
 bytes), plan/live, then for each configuration its peak managed bytes and
@@ -100,7 +101,7 @@ func planCmd(args []string, stdout, stderr io.Writer) error {
 		if len(rows) == 1 {
 			traces = "the trace"
 		}
-		fmt.Fprintf(stderr, "replaying %s once through %s on %v\n", traces, strings.Join(names, ", "), q.Device())
+		fmt.Fprintf(stderr, "replaying %s once through %s on %s\n", traces, strings.Join(names, ", "), q.Device().StableName())
 		quiet := newProgress(io.Discard)
 		for i := range rows {
 			sum := trace.Summarize(eventsOf[i])

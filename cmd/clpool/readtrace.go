@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"github.com/clpool/clpool/trace"
 )
 
-// readTrace reads the trace file at path with trace.ReadComplete, which
-// checks every line and refuses a trace cut mid-line, and also refuses a
-// trace with no events. Errors name the file and the line, as file:line.
+// readTrace reads the trace file at path, for replay and plan, with
+// trace.ReadComplete, which checks every line and refuses a trace cut
+// mid-line, and also refuses a trace with no events, or with none of
+// blocks (only a pool's segments, A and F: nothing to replay). Errors
+// name the file, and the line, as file:line, if there is one.
 func readTrace(path string) ([]trace.Event, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -24,6 +27,9 @@ func readTrace(path string) ([]trace.Event, error) {
 	}
 	if len(events) == 0 {
 		return nil, fmt.Errorf("%s: the trace has no events", path)
+	}
+	if !slices.ContainsFunc(events, func(ev trace.Event) bool { return !ev.Op.Segment() }) {
+		return nil, fmt.Errorf("%s: the trace has no block events (a, f), only the %d of its pool's segments (A, F): nothing to replay", path, len(events))
 	}
 	return events, nil
 }

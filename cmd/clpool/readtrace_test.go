@@ -79,3 +79,20 @@ func TestReplayReadsASitedTraceWithSegments(t *testing.T) {
 	require.Len(t, lines, 3)
 	assert.Equal(t, "2", strings.Split(lines[2], "\t")[3], "pool-immediate misses both blocks: the segment was not replayed")
 }
+
+// replay and plan refuse a trace of a pool's segments alone, with no
+// block event, naming the file: there is nothing to replay (replay
+// divided the time of no events by zero, +Inf ns/event). viz draws it.
+func TestReplayAndPlanRefuseATraceWithNoBlockEvent(t *testing.T) {
+	path := writeTemp(t, "segments.tsv", segmentsOnly)
+	for _, cmd := range [][]string{
+		{"replay", "-runs", "1", "-warmup", "0", "-configs", "pool-immediate", path},
+		{"plan", "-configs", "none", path},
+	} {
+		var out, errs bytes.Buffer
+		assert.Equal(t, 1, run(cmd, &out, &errs), "%s: %s", cmd[0], errs.String())
+		assert.Contains(t, errs.String(), "clpool "+cmd[0]+": "+path+": the trace has no block events (a, f), only the 2 of its pool's segments (A, F): nothing to replay")
+		assert.Empty(t, out.String(), cmd[0])
+		assert.NotContains(t, errs.String(), "Inf", cmd[0])
+	}
+}

@@ -43,10 +43,12 @@ mempool.Pool.Snapshot), as one HTML page that opens offline, with
      moment of a trace, chosen with a scrubber, or at the snapshot.
 Drag across a plot to zoom in, shift-drag or scroll sideways to pan,
 double-click to zoom out. A trace is replayed through a pool with no
-device (-policy), which gives the segments, and the managed bytes if the
-trace has no segment events (A and F). A snapshot's plots 1 and 2 come from
-its history, if it has one. The x axis is time if the events have times,
-else the event's number.
+device (-policy; no limit and no sanitizer, whatever CLPOOL_MEMORY_LIMIT
+and CLPOOL_SANITIZE say), which gives the segments, and the managed bytes
+if the trace has no segment events (A and F). A snapshot's plots 1 and 2
+come from its history, if it has one, checked as a trace is. The x axis
+is time if the events have times, else the event's number. Ids past
+±(2^53-1), which the page cannot tell apart, are refused.
 
 flags:
 `
@@ -134,7 +136,62 @@ type segmentMap struct {
 	IDs          string `json:"ids"` // what the blocks' ids are
 	// Segments are the snapshot's, with each active block's ID replaced by
 	// the trace's id for it when the input is a trace.
-	Segments []mempool.SegmentSnapshot `json:"segments"`
+	Segments []pageSegment `json:"segments"`
+}
+
+// pageSegment is a mempool.SegmentSnapshot as the page has it: its
+// blocks' ids are signed, as the trace's are (a trace may number its
+// blocks from 0, or below), and 0 is written out, not left out.
+type pageSegment struct {
+	ID     int64       `json:"id"`
+	Size   int64       `json:"size"`
+	Small  bool        `json:"small"`
+	Blocks []pageBlock `json:"blocks"`
+}
+
+// pageBlock is a mempool.BlockSnapshot as the page has it: ID is the
+// active block's id, the trace's or the PooledBuffer's; 0 for a block
+// that is not active.
+type pageBlock struct {
+	Offset    int64  `json:"offset"`
+	Size      int64  `json:"size"`
+	Requested int64  `json:"requested,omitempty"`
+	State     string `json:"state"`
+	Queue     int    `json:"queue,omitempty"`
+	ID        int64  `json:"block_id"`
+	Site      string `json:"site,omitempty"`
+}
+
+// pageSegments returns segs as the page has them, with the ID of each
+// active block mapped by id; never nil.
+func pageSegments(segs []mempool.SegmentSnapshot, id func(uint64) int64) []pageSegment {
+	out := make([]pageSegment, len(segs))
+	for i, seg := range segs {
+		blocks := make([]pageBlock, len(seg.Blocks))
+		for j, b := range seg.Blocks {
+			blocks[j] = pageBlock{Offset: b.Offset, Size: b.Size, Requested: b.Requested, State: b.State, Queue: b.Queue, Site: b.Site}
+			if b.State == mempool.StateActive {
+				blocks[j].ID = id(b.ID)
+			}
+		}
+		out[i] = pageSegment{ID: seg.ID, Size: seg.Size, Small: seg.Small, Blocks: blocks}
+	}
+	return out
+}
+
+// maxPageID is the largest id, and -maxPageID the least, that the page
+// holds: its script's numbers are float64, which tell integers apart only
+// up to 2^53. viz refuses a trace or snapshot with an id past them, which
+// the page would merge with another.
+const maxPageID = 1<<53 - 1
+
+// checkPageID returns an error if the page cannot hold id, of a what
+// ("block" or "segment"), apart from its neighbours; nil if it can.
+func checkPageID[T int64 | uint64](what string, id T) error {
+	if id > maxPageID || id < 0 && int64(id) < -maxPageID {
+		return fmt.Errorf("%s id %d is past ±(2^53-1), the largest the page's script tells apart from the next: number the %ss closer to 0", what, id, what)
+	}
+	return nil
 }
 
 // steps lists how the segments change: Count[k] changes at moment k, in
@@ -344,10 +401,9 @@ func nonzero(v int) bool { return v != 0 }
 // just after the first event that reaches the trace's peak of live
 // bytes.
 func tracePage(events []trace.Event, policy string, prog *progress) (page, error) {
-	opts := []mempool.Option{
+	opts := append(unaffectedByEnv(),
 		mempool.WithDropSafety(false), // no finalizers: viz drops no buffer while the pool is in use
-		mempool.WithLimit(0),          // no limit, whatever CLPOOL_MEMORY_LIMIT says
-	}
+	)
 	if policy == "arena" {
 		opts = append(opts, mempool.WithArena())
 	}
@@ -356,16 +412,18 @@ func tracePage(events []trace.Event, policy string, prog *progress) (page, error
 		return page{}, err
 	}
 	b := newPageBuilder(len(events), trace.Timed(events))
-	st := &steps{Count: make([]int, 1, len(events)+1)}
+	st := &steps{Count: make([]int, 1, len(events)+1), Ops: []int64{}}
 	var d differ
 	live := map[int64]*mempool.PooledBuffer{}
 	traceID := map[uint64]int64{} // a live PooledBuffer's ID -> the trace's id for it
+	idOf := func(id uint64) int64 { return traceID[id] }
 
 	var (
 		liveBytes, peakLive  int64
 		peakAt               = -1
 		at                   mempool.Snapshot
-		segments             bool // the trace has segment events
+		atSegments           = []pageSegment{} // at's, with the trace's ids
+		segments             bool              // the trace has segment events
 		segLive              = map[int64]int64{}
 		segBytes, replayed   int64 // managed bytes: the trace's segments', the replayed pool's
 		trManaged, rpManaged []int64
@@ -380,6 +438,9 @@ func tracePage(events []trace.Event, policy string, prog *progress) (page, error
 		changed := true
 		switch ev.Op {
 		case trace.Alloc:
+			if err := checkPageID("block", ev.ID); err != nil {
+				return page{}, fmt.Errorf("event %d: %w", k, err)
+			}
 			pb, err := pool.Allocate(ev.Size)
 			if err != nil {
 				return page{}, fmt.Errorf("replaying event %d, allocating block %d (%d bytes): %w", k, ev.ID, ev.Size, err)
@@ -417,7 +478,8 @@ func tracePage(events []trace.Event, policy string, prog *progress) (page, error
 			continue
 		}
 		snap := pool.Snapshot()
-		n := d.diff(snap.Segments, traceID, &st.Ops)
+		segs := pageSegments(snap.Segments, idOf)
+		n := d.diff(segs, &st.Ops)
 		st.Count = append(st.Count, n)
 		if snap.ManagedBytes != replayed {
 			replayed = snap.ManagedBytes
@@ -427,7 +489,7 @@ func tracePage(events []trace.Event, policy string, prog *progress) (page, error
 			}
 		}
 		if liveBytes > peakLive || peakAt < 0 {
-			peakLive, peakAt, at = liveBytes, k, snap
+			peakLive, peakAt, at, atSegments = liveBytes, k, snap, segs
 		}
 		if len(events) >= bigInput {
 			prog.count("replaying", int64(k), int64(len(events)))
@@ -461,10 +523,7 @@ func tracePage(events []trace.Event, policy string, prog *progress) (page, error
 		ManagedBytes: at.ManagedBytes,
 		ActiveBytes:  at.ActiveBytes,
 		IDs:          "the trace's block ids",
-		Segments:     at.Segments,
-	}
-	if pg.Map.Segments == nil {
-		pg.Map.Segments = []mempool.SegmentSnapshot{}
+		Segments:     atSegments,
 	}
 	if !trace.Sited(events) {
 		pg.Notes = append(pg.Notes, "The trace has no queue and site columns: the bands are colored by size class. Record it with memhooks.NewTraceRecorder(w, memhooks.WithSites()) to see where each block was allocated.")
@@ -486,16 +545,15 @@ func (pg page) moment(k int) string {
 // differ finds how a pool's segments changed since the last snapshot it
 // saw.
 type differ struct {
-	prev map[int64][]mempool.BlockSnapshot // segment id -> its blocks, with the trace's ids
+	prev map[int64][]pageBlock // segment id -> its blocks
 	seen map[int64]bool
 }
 
 // diff appends to ops the steps from the last segments to segs and
-// returns how many it appended. traceID maps the active blocks' IDs to
-// the trace's: diff sets them in segs, which it keeps.
-func (d *differ) diff(segs []mempool.SegmentSnapshot, traceID map[uint64]int64, ops *[]int64) int {
+// returns how many it appended. It keeps segs' blocks.
+func (d *differ) diff(segs []pageSegment, ops *[]int64) int {
 	if d.prev == nil {
-		d.prev, d.seen = map[int64][]mempool.BlockSnapshot{}, map[int64]bool{}
+		d.prev, d.seen = map[int64][]pageBlock{}, map[int64]bool{}
 	}
 	n := 0
 	add := func(seg, off, size, what, id int64) {
@@ -505,11 +563,6 @@ func (d *differ) diff(segs []mempool.SegmentSnapshot, traceID map[uint64]int64, 
 	clear(d.seen)
 	for _, seg := range segs {
 		d.seen[seg.ID] = true
-		for j := range seg.Blocks {
-			if bl := &seg.Blocks[j]; bl.State == mempool.StateActive {
-				bl.ID = uint64(traceID[bl.ID])
-			}
-		}
 		old, ok := d.prev[seg.ID]
 		if !ok {
 			small := int64(0)
@@ -531,11 +584,7 @@ func (d *differ) diff(segs []mempool.SegmentSnapshot, traceID map[uint64]int64, 
 					continue
 				}
 			}
-			id := int64(0)
-			if bl.State == mempool.StateActive {
-				id = int64(bl.ID)
-			}
-			add(seg.ID, bl.Offset, bl.Size, stepOfState[bl.State], id)
+			add(seg.ID, bl.Offset, bl.Size, stepOfState[bl.State], bl.ID)
 		}
 		for ; i < len(old); i++ {
 			add(seg.ID, old[i].Offset, 0, stepRemove, 0)
@@ -563,10 +612,16 @@ func snapshotPage(s snapshotFile) (page, error) {
 		return page{}, errors.New("a JSON object, but not a pool snapshot: it has no policy or no segments")
 	}
 	for _, seg := range s.Segments {
+		if err := checkPageID("segment", seg.ID); err != nil {
+			return page{}, err
+		}
 		var end int64
 		for _, b := range seg.Blocks {
 			if _, ok := stepOfState[b.State]; !ok {
 				return page{}, fmt.Errorf("segment %d: block at offset %d: unknown state %q", seg.ID, b.Offset, b.State)
+			}
+			if err := checkPageID("block", b.ID); err != nil {
+				return page{}, fmt.Errorf("segment %d: block at offset %d: %w", seg.ID, b.Offset, err)
 			}
 			if b.Offset != end || b.Size <= 0 {
 				return page{}, fmt.Errorf("segment %d: block at offset %d of %d bytes: the blocks do not tile the segment", seg.ID, b.Offset, b.Size)
@@ -579,14 +634,18 @@ func snapshotPage(s snapshotFile) (page, error) {
 	}
 
 	// The history's events, less the frees of blocks allocated before it
-	// began: their sizes are unknown. Its segment events, if any, are
-	// moments too.
+	// began (their sizes are unknown), and of segments: what a trace
+	// recorded from its start would have, checked as a trace is. Its
+	// segment events are moments too.
 	var events []trace.Event
-	known := map[int64]bool{}
+	known, knownSeg := map[int64]bool{}, map[int64]bool{}
 	left := 0
-	for _, ev := range s.History {
+	for j, ev := range s.History {
 		switch ev.Op {
 		case trace.Alloc:
+			if err := checkPageID("block", ev.ID); err != nil {
+				return page{}, fmt.Errorf("the history's event %d: %w", j+1, err)
+			}
 			known[ev.ID] = true
 		case trace.Free:
 			if !known[ev.ID] {
@@ -594,8 +653,18 @@ func snapshotPage(s snapshotFile) (page, error) {
 				continue
 			}
 			delete(known, ev.ID)
+		case trace.SegmentAlloc:
+			knownSeg[ev.ID] = true
+		case trace.SegmentFree:
+			if !knownSeg[ev.ID] {
+				continue
+			}
+			delete(knownSeg, ev.ID)
 		}
 		events = append(events, ev)
+	}
+	if err := trace.Check(events); err != nil {
+		return page{}, fmt.Errorf("the history, less its frees of blocks and segments from before it: %w", err)
 	}
 	timed := trace.Timed(events)
 	b := newPageBuilder(len(events), timed)
@@ -690,7 +759,7 @@ func snapshotPage(s snapshotFile) (page, error) {
 		ManagedBytes: s.ManagedBytes,
 		ActiveBytes:  s.ActiveBytes,
 		IDs:          "the PooledBuffers' IDs",
-		Segments:     s.Segments,
+		Segments:     pageSegments(s.Segments, func(id uint64) int64 { return int64(id) }),
 	}
 	if s.Device != "" {
 		pg.Map.Caption += ", on " + s.Device

@@ -317,6 +317,30 @@ func TestVizInBrowser(t *testing.T) {
 		assert.Contains(t, tip, "active at the snapshot")
 	})
 
+	t.Run("a trace of segments only", func(t *testing.T) {
+		b.open(viz(t, writeTemp(t, "segments.tsv", segmentsOnly)))
+		rendered(t, b) // the script threw on steps.ops, null
+	})
+
+	t.Run("block ids from 0 and below", func(t *testing.T) {
+		for name, tc := range map[string]struct {
+			text string
+			id   string // the block alone in moment 1, active in the map
+		}{
+			"from0.tsv":    {"a 0 100\na 1 200\nf 0 0\n", "0"},
+			"negative.tsv": {"a -1 100\nf -1 0\n", "-1"},
+		} {
+			b.open(viz(t, writeTemp(t, name, tc.text)))
+			rendered(t, b) // the page's check that its steps lead to the map failed
+			var p point
+			b.eval(`clpoolViz.point(1.5, 50)`, &p)
+			b.mouse("mouseMoved", p.X, p.Y, false, 0)
+			b.settle()
+			assert.Contains(t, b.evalString(`document.getElementById("tooltip").textContent`), "block "+tc.id+" ", name)
+			assert.Equal(t, "active", attrOf(t, b, fmt.Sprintf(`#segments rect.block[data-id="%s"]`, tc.id), "data-state"), name)
+		}
+	})
+
 	t.Run("very many blocks live at once are summarized", func(t *testing.T) {
 		// 6000 blocks, freed oldest first: as bands, each free would move
 		// every band above it, 18 million points in all.

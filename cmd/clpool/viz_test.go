@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -221,19 +222,15 @@ func managedAt(pg page, k int) int64 {
 type mapBlock struct {
 	Seg, Offset, Size int64
 	State             string
-	ID                uint64
+	ID                int64
 }
 
 // normalize returns segs' blocks as the steps know them.
-func normalize(segs []mempool.SegmentSnapshot) []mapBlock {
+func normalize(segs []pageSegment) []mapBlock {
 	var out []mapBlock
 	for _, seg := range segs {
 		for _, b := range seg.Blocks {
-			id := uint64(0)
-			if b.State == mempool.StateActive {
-				id = b.ID
-			}
-			out = append(out, mapBlock{seg.ID, b.Offset, b.Size, b.State, id})
+			out = append(out, mapBlock{seg.ID, b.Offset, b.Size, b.State, b.ID})
 		}
 	}
 	return out
@@ -265,7 +262,7 @@ func stepsAt(t *testing.T, pg page, k int) []mapBlock {
 			default:
 				state := map[int64]string{stepActive: mempool.StateActive, stepHeld: mempool.StateHeld, stepInactive: mempool.StateInactiveSplit}[what]
 				require.NotEmpty(t, state, "moment %d: step %d", j, what)
-				segs[seg][off] = mapBlock{seg, off, size, state, uint64(id)}
+				segs[seg][off] = mapBlock{seg, off, size, state, id}
 			}
 		}
 	}
@@ -321,12 +318,7 @@ func TestVizStepsRebuildThePoolAtEveryMoment(t *testing.T) {
 					require.NoError(t, live[ev.ID].Close())
 				}
 				applySteps(pg.Steps, k, &o, segs)
-				want := normalize(pool.Snapshot().Segments)
-				for j := range want {
-					if want[j].State == mempool.StateActive {
-						want[j].ID = uint64(ids[want[j].ID])
-					}
-				}
+				want := normalize(pageSegments(pool.Snapshot().Segments, func(id uint64) int64 { return ids[id] }))
 				if got := flatten(segs); !assert.Equal(t, want, got, "moment %d", k) {
 					return
 				}
@@ -349,7 +341,7 @@ func applySteps(st *steps, k int, o *int, segs map[int64]map[int64]mapBlock) {
 			delete(segs[seg], off)
 		default:
 			state := map[int64]string{stepActive: mempool.StateActive, stepHeld: mempool.StateHeld, stepInactive: mempool.StateInactiveSplit}[op[3]]
-			segs[seg][off] = mapBlock{seg, off, op[2], state, uint64(op[4])}
+			segs[seg][off] = mapBlock{seg, off, op[2], state, op[4]}
 		}
 	}
 }
@@ -393,6 +385,22 @@ func TestVizRejectsBadInputAndWritesNothing(t *testing.T) {
 			"t.in: segment 1: its blocks cover 4096 of its 8192 bytes"},
 		{"unknown state", nil, `{"policy":"arena","segments":[{"id":1,"size":4096,"blocks":[{"offset":0,"size":4096,"state":"lost"}]}]}`,
 			`t.in: segment 1: block at offset 0: unknown state "lost"`},
+		// The page's script holds ids as float64: past 2^53 two ids would
+		// be one block.
+		{"block ids past 2^53", nil, "a 9007199254740993 100\na 9007199254740992 200\nf 9007199254740993 0\nf 9007199254740992 0\n",
+			"t.in: event 1: block id 9007199254740993 is past ±(2^53-1), the largest the page's script tells apart from the next"},
+		{"block ids below -2^53", nil, "a 1 100\na -9007199254740992 200\n", "t.in: event 2: block id -9007199254740992 is past ±(2^53-1)"},
+		{"a snapshot's block id past 2^53", nil, `{"policy":"arena","segments":[{"id":1,"size":4096,"blocks":[{"offset":0,"size":4096,"state":"active","block_id":9007199254740993}]}]}`,
+			"t.in: segment 1: block at offset 0: block id 9007199254740993 is past ±(2^53-1)"},
+		{"a snapshot's segment id past 2^53", nil, `{"policy":"arena","segments":[{"id":9007199254740993,"size":4096,"blocks":[{"offset":0,"size":4096,"state":"held"}]}]}`,
+			"t.in: segment id 9007199254740993 is past ±(2^53-1)"},
+		{"a history's block id past 2^53", nil, `{"policy":"arena","segments":[],"history":[{"op":"f","id":7,"size":0,"t":5},{"op":"a","id":9007199254740993,"size":100,"t":50}]}`,
+			"t.in: the history's event 2: block id 9007199254740993 is past ±(2^53-1)"},
+		// A snapshot's history is checked as a trace file is.
+		{"a history going backwards", nil, `{"policy":"arena","segments":[],"history":[{"op":"a","id":1,"size":100,"t":50},{"op":"a","id":2,"size":100,"t":9}]}`,
+			"t.in: the history, less its frees of blocks and segments from before it: trace: event 2: time 9 ns is before the 50 ns of event 1"},
+		{"a history allocating a live block", nil, `{"policy":"arena","segments":[],"history":[{"op":"a","id":1,"size":100,"t":5},{"op":"a","id":1,"size":100,"t":9}]}`,
+			"t.in: the history, less its frees of blocks and segments from before it: trace: event 2: block 1 allocated while live"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "mem.html")
@@ -406,6 +414,78 @@ func TestVizRejectsBadInputAndWritesNothing(t *testing.T) {
 			assert.Contains(t, stderr.String(), tc.want)
 			assert.Equal(t, 1, strings.Count(stderr.String(), "clpool viz:"), "one prefix")
 			assert.NoFileExists(t, out)
+		})
+	}
+}
+
+// segmentsOnly is a recorded trace with the pool's segment events and no
+// block event: the format accepts it, and so does viz (replay and plan
+// have nothing to replay).
+const segmentsOnly = "op\tid\tsize\tt\tqueue\tsite\n" +
+	"A\t1\t2097152\t900\t1\tmain.go:12:main.setup\n" +
+	"F\t1\t2097152\t9500\t-\t-\n"
+
+// The page of a trace with no block event has steps, none of them a
+// block's: an empty list, not null, which the script's reading of
+// steps.ops.length threw on.
+func TestVizPageOfATraceOfSegmentsOnlyHasNoNullSteps(t *testing.T) {
+	pg, err := loadPage(writeTemp(t, "segments.tsv", segmentsOnly), "arena", newProgress(io.Discard))
+	require.NoError(t, err, "viz accepts the trace")
+	raw, err := json.Marshal(pg)
+	require.NoError(t, err)
+	assert.Contains(t, string(raw), `"steps":{"count":[0,0,0],"ops":[]}`)
+	assert.Contains(t, string(raw), `"segments":[]`)
+	assert.Equal(t, peak{Bytes: 2 << 20, Moment: 1}, pg.PeakManaged, "the trace's own segment")
+}
+
+// The map of a trace numbered from 0, or below, has the trace's ids, 0
+// and negative ones included, as the steps do: the page checks that the
+// steps lead to the map. (The map's blocks were mempool.BlockSnapshots,
+// whose ID, a uint64 left out when 0, lost block 0 and wrapped -1.) Ids
+// as far from 0 as the page tells apart are kept as they are.
+func TestVizMapHasTheTracesIDsOfZeroAndBelow(t *testing.T) {
+	for _, tc := range []struct {
+		name, text string
+		want       []int64 // the map's active blocks' ids, by segment and offset
+	}{
+		{"from 0", "a 0 100\na 1 200\nf 0 0\n", []int64{0, 1}},
+		{"negative", "a -1 100\nf -1 0\n", []int64{-1}},
+		{"at ±(2^53-1)", "a 9007199254740991 100\na -9007199254740991 200\nf 9007199254740991 0\n", []int64{9007199254740991, -9007199254740991}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pg, err := loadPage(writeTemp(t, "t.tsv", tc.text), "arena", newProgress(io.Discard))
+			require.NoError(t, err)
+			var ids []int64
+			for _, b := range normalize(pg.Map.Segments) {
+				if b.State == mempool.StateActive {
+					ids = append(ids, b.ID)
+				}
+			}
+			assert.Equal(t, tc.want, ids)
+			assert.Equal(t, normalize(pg.Map.Segments), stepsAt(t, pg, pg.Map.Moment), "the steps lead to the map")
+			raw, err := json.Marshal(pg.Map)
+			require.NoError(t, err)
+			assert.Contains(t, string(raw), fmt.Sprintf(`"state":"active","block_id":%d`, tc.want[0]))
+		})
+	}
+}
+
+// viz replays a trace through a pool of its own: CLPOOL_MEMORY_LIMIT and
+// CLPOOL_SANITIZE, meant for the user's program, change nothing it draws
+// (the sanitizer's guard bytes and lack of queue caches changed the
+// managed bytes and segments) and fail nothing (a value New refuses).
+func TestVizIgnoresThePoolEnvironment(t *testing.T) {
+	events := readEvents(t, filepath.Join(repoRoot, "testdata", "cg.tsv"))
+	want, err := tracePage(events, "arena", newProgress(io.Discard))
+	require.NoError(t, err)
+	for _, env := range [][2]string{{mempool.SanitizeEnv, "1"}, {mempool.SanitizeEnv, "yes"}, {mempool.LimitEnv, "1"}} {
+		t.Run(env[0]+"="+env[1], func(t *testing.T) {
+			t.Setenv(env[0], env[1])
+			got, err := tracePage(events, "arena", newProgress(io.Discard))
+			require.NoError(t, err)
+			assert.Equal(t, want.PeakManaged, got.PeakManaged, "the managed bytes of the same replay")
+			assert.Equal(t, want.Map, got.Map)
+			assert.Equal(t, want.Steps, got.Steps)
 		})
 	}
 }

@@ -138,9 +138,16 @@ func TestRunRecordsATrace(t *testing.T) {
 	assert.GreaterOrEqual(t, s.Sizes, 20, "arrays of many lengths")
 }
 
+// The run over the arena, which also names its device as WriteSummary
+// and the metrics do, "name (vendor)", not with cl.Device.String's
+// platform ordinal ("1:0 pthread..."), which changes with the .icd files
+// installed.
 func TestRunOverTheArena(t *testing.T) {
 	q := cltest.Queue(t)
 	var out bytes.Buffer
 	require.NoError(t, run(&out, smallConfig(q), "", true))
 	checkSummary(t, out.String(), "arena")
+	d := q.Device()
+	assert.Contains(t, out.String(), ", on "+d.StableName()+"\n")
+	assert.NotContains(t, out.String(), d.String())
 }

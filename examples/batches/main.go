@@ -85,7 +85,7 @@ func run(w io.Writer, cfg config, tracePath string, arena bool) error {
 		rec = memhooks.NewTraceRecorder(f)
 		defer pool.AddHook(rec)()
 	}
-	fmt.Fprintf(w, "%d requests, float32, on %v\n", cfg.requests, q.Device())
+	fmt.Fprintf(w, "%d requests, float32, on %s\n", cfg.requests, q.Device().StableName())
 	start := time.Now()
 	res, err := process[float32](q, cfg, pool.Allocate)
 	if err != nil {

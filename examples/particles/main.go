@@ -87,8 +87,8 @@ func run(w io.Writer, cfg config, tracePath string, arena bool) error {
 		rec = memhooks.NewTraceRecorder(f)
 		defer pool.AddHook(rec)()
 	}
-	fmt.Fprintf(w, "%d species in harmonic traps under gravity, %d leapfrog steps of %g, float32, on %v\n",
-		len(allSpecies), cfg.steps, cfg.dt, q.Device())
+	fmt.Fprintf(w, "%d species in harmonic traps under gravity, %d leapfrog steps of %g, float32, on %s\n",
+		len(allSpecies), cfg.steps, cfg.dt, q.Device().StableName())
 	start := time.Now()
 	res, err := simulate[float32](q, cfg, pool.Allocate, false)
 	if err != nil {

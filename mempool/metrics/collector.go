@@ -128,9 +128,11 @@ var poolLabels = []string{"device", "pool"}
 func DeviceLabel(d *cl.Device) string { return d.StableName() }
 
 // queueLabels returns the queue label of each of queues: its name (On's
-// QueueName) or else its index. A label another queue of the pool has
-// already gets "#" and the queue's index after it, so that no two series
-// of a pool collide.
+// QueueName) or else its index. A label a queue before it already has
+// gets "#" and the queue's index after it, again until it is one no queue
+// before has (a tie-break can be another queue's own name: "copy#3",
+// "copy", "copy" are labelled "copy#3", "copy", "copy#3#3"), so that no
+// two series of a pool collide.
 func queueLabels(queues []mempool.QueueStats) []string {
 	labels := make([]string, len(queues))
 	taken := make(map[string]bool, len(queues))
@@ -139,7 +141,7 @@ func queueLabels(queues []mempool.QueueStats) []string {
 		if label == "" {
 			label = strconv.Itoa(i)
 		}
-		if taken[label] {
+		for taken[label] {
 			label += "#" + strconv.Itoa(i)
 		}
 		taken[label] = true

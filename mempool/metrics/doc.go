@@ -54,8 +54,9 @@
 //	copies := pool.On(copyQueue, mempool.QueueName("copy")) // queue="copy"
 //
 // or else its index in Stats.Queues, which depends on the order in which
-// the program first used its queues (a name that two queues share gets
-// "#" and the index after it): clpool_queue_requests_total,
+// the program first used its queues (a label a queue before has taken
+// gets "#" and the index after it, until no queue before has it):
+// clpool_queue_requests_total,
 // clpool_queue_hits_total, clpool_queue_handovers_total,
 // clpool_queue_ready_total, clpool_queue_barriers_total,
 // clpool_queue_markers_total and clpool_queue_host_waits_total, and the gauge

@@ -328,3 +328,28 @@ func TestQueueLabelIsTheQueuesName(t *testing.T) {
 	p.On(copies)
 	assert.Equal(t, "copy", p.Stats().Queues[1].Name)
 }
+
+// A name a queue tells a taken name apart with may be another queue's own
+// name: queue 3, named "copy" as queue 2 is, would be "copy#3", which is
+// queue 1's name, and the scrape would fail on the two series. It gets
+// "#3" once more.
+func TestQueueLabelsStayApartWhenATieBreakIsAQueuesName(t *testing.T) {
+	q := cltest.Queue(t)
+	a, b, c := cltest.SecondQueue(t, q, 0), cltest.SecondQueue(t, q, 0), cltest.SecondQueue(t, q, 0)
+	p := pooltest.New(t, q)
+	allocate(t, p.On(a, mempool.QueueName("copy#3")).Allocate, 100) // queue 1
+	allocate(t, p.On(b, mempool.QueueName("copy")).Allocate, 100)   // queue 2
+	allocate(t, p.On(c, mempool.QueueName("copy")).Allocate, 100)   // queue 3: "copy" is taken
+	allocate(t, p.On(c).Allocate, 100)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics.NewCollector("main", p))
+	_, err := reg.Gather()
+	require.NoError(t, err)
+	got := scrape(t, serve(t, reg))
+	series := func(queue string) string {
+		return fmt.Sprintf(`clpool_queue_requests_total{device=%q,pool="main",queue=%q}`, metrics.DeviceLabel(q.Device()), queue)
+	}
+	assert.Equal(t, float64(1), got[series("copy#3")], "queue 1, by its name")
+	assert.Equal(t, float64(1), got[series("copy")])
+	assert.Equal(t, float64(2), got[series("copy#3#3")], "queue 3")
+}
