@@ -98,19 +98,35 @@ func BenchmarkArenaSpreadClass(b *testing.B) {
 	}
 }
 
-// BenchmarkArenaReplay replays the simulation's random mixed trace (4 B
-// to 32 MiB, up to 200 live) through the arena policy: ns per event.
-func BenchmarkArenaReplay(b *testing.B) {
+// replayPolicy is what BenchmarkArenaReplay and BenchmarkBinsReplay
+// replay through.
+type replayPolicy interface {
+	Get(size int64) *policy.Block[int]
+	NewSegment(size int64) *policy.Segment[int]
+	Add(seg *policy.Segment[int], size int64) *policy.Block[int]
+	Put(b *policy.Block[int]) *policy.Segment[int]
+}
+
+// replayLoop replays the simulation's random mixed trace (4 B to 32 MiB,
+// up to 200 live) through a fresh policy from newPolicy each round: ns per
+// event. Segments are made as the pool makes them, after BeforeGrow where
+// the policy has it.
+func replayLoop(b *testing.B, newPolicy func() replayPolicy) {
 	events := randomMixed(rand.New(rand.NewPCG(1, 2)), 20000)
 	blocks := make([]*policy.Block[int], len(events)+1)
 	for b.Loop() {
-		p := policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)
+		p := newPolicy()
+		grower, _ := p.(interface {
+			BeforeGrow(int64) []*policy.Segment[int]
+		})
 		for _, e := range events {
 			if e.Op == trace.Alloc {
 				blk := p.Get(e.Size)
 				if blk == nil {
 					s := p.NewSegment(e.Size)
-					p.BeforeGrow(e.Size)
+					if grower != nil {
+						grower.BeforeGrow(e.Size)
+					}
 					blk = p.Add(s, e.Size)
 				}
 				blocks[e.ID] = blk
@@ -120,4 +136,17 @@ func BenchmarkArenaReplay(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(events)), "ns/event")
+}
+
+// BenchmarkArenaReplay is replayLoop through the arena policy.
+func BenchmarkArenaReplay(b *testing.B) {
+	replayLoop(b, func() replayPolicy {
+		return policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)
+	})
+}
+
+// BenchmarkBinsReplay is replayLoop through exact bins: what the arena's
+// splits and merges cost beyond them, with no pool around either.
+func BenchmarkBinsReplay(b *testing.B) {
+	replayLoop(b, func() replayPolicy { return policy.NewBins[int](4) })
 }
