@@ -18,6 +18,14 @@ const indexLeadingBits = 10
 // which fits) is found in O(1); each class's list is sorted by size, so
 // whether one of the request's own class fits is known in O(1) too.
 //
+// The free blocks of segments sized for one request (own segments, see
+// Segment.own) are indexed apart: only requests of at least ownMin bytes
+// take them, so that small blocks do not settle in the tail a large block
+// left and pin the segment when it goes (on a trace of many sizes, most
+// of the scattered free bytes were such segments held by a block of a few
+// KiB). A smaller request takes a wholly free own segment only when no
+// other block fits it, which then becomes an ordinary segment.
+//
 // An arena may defer merging, as dlmalloc's fast bins do: a few blocks
 // given back wait unmerged on quick lists, by exact size (see SetQuick), and a request
 // of exactly one's size takes it back as it is (no split, no merge, its
@@ -28,8 +36,11 @@ type Arena[T comparable] struct {
 	align int64 // block sizes and offsets are multiples of it
 	lb    int   // leading bits of the size classes
 
-	sized freeIndex[T]  // the merged free blocks
-	quick quickLists[T] // the free blocks waiting unmerged
+	sized freeIndex[T] // the merged free blocks of ordinary segments
+	owned freeIndex[T] // the merged free blocks of own segments
+	// ownMin is the least request that takes blocks of own segments.
+	ownMin int64
+	quick  quickLists[T] // the free blocks waiting unmerged
 
 	segs  []*Segment[T] // every segment
 	empty []*Segment[T] // the wholly free ones, in the order they became so
@@ -59,8 +70,11 @@ func NewArena[T comparable](align int64, leadingBits int) *Arena[T] {
 		panic(fmt.Sprintf("policy: arena alignment %d is not a power of two of at least %d", align, MinBlock))
 	}
 	lb := min(leadingBits, indexLeadingBits)
-	return &Arena[T]{align: align, lb: lb, sized: newFreeIndex[T](lb), counts: new(Counts)}
+	return &Arena[T]{align: align, lb: lb, sized: newFreeIndex[T](lb), owned: newFreeIndex[T](lb), counts: new(Counts)}
 }
+
+// SetOwnMin sets the least request that takes blocks of own segments.
+func (a *Arena[T]) SetOwnMin(n int64) { a.ownMin = n }
 
 // FreeBytes returns the bytes of the free blocks.
 func (a *Arena[T]) FreeBytes() int64 { return a.counts.FreeBytes }
@@ -118,7 +132,7 @@ func (a *Arena[T]) GetOn(n int64, q int32) *Block[T] {
 	if b == nil {
 		return nil
 	}
-	a.sized.remove(b)
+	a.index(b).remove(b)
 	a.take(b)
 	a.split(b, n)
 	a.unpark(b)
@@ -204,7 +218,7 @@ func (a *Arena[T]) coalesce(b *Block[T]) (whole *Segment[T]) {
 		a.merge(b, n)
 	}
 	if !b.Seg.Oversize {
-		a.sized.push(b)
+		a.index(b).push(b)
 	}
 	if !b.Whole() {
 		return nil
@@ -221,7 +235,7 @@ func (a *Arena[T]) Remove(seg *Segment[T]) {
 		panic("policy: Remove of a segment that is not wholly free in this arena")
 	}
 	if !seg.Oversize {
-		a.sized.remove(b)
+		a.index(b).remove(b)
 	}
 	a.take(b)
 	a.dropCache(b)
@@ -257,8 +271,10 @@ func (a *Arena[T]) LargestFree() int64 {
 	for _, s := range a.empty {
 		m = max(m, s.Size) // oversize segments are not indexed
 	}
-	if c, ok := a.sized.largest(); ok {
-		m = max(m, a.sized.tail(c).Size)
+	for _, x := range []*freeIndex[T]{&a.sized, &a.owned} {
+		if c, ok := x.largest(); ok {
+			m = max(m, x.tail(c).Size)
+		}
 	}
 	m = max(m, a.quick.largest())
 	return m
@@ -340,7 +356,7 @@ func (a *Arena[T]) split(b *Block[T], n int64) {
 	a.counts.FreeBytes += rest
 	a.counts.SplitBlocks[b.Seg.kind&1]++ // b is active
 	a.counts.SplitBytes[b.Seg.kind&1] += rest
-	a.sized.push(r)
+	a.index(r).push(r)
 }
 
 // merge joins free block n into its free neighbour b before it; both are
@@ -400,20 +416,79 @@ func (a *Arena[T]) unlist(b *Block[T]) {
 		a.quick.remove(b)
 		return
 	}
-	a.sized.remove(b)
+	a.index(b).remove(b)
 }
 
-// find returns the smallest free block of at least n bytes, or nil: the
-// smallest that fits in n's own class (whose blocks may be smaller than
-// n), else the smallest of the next class that has a block, all of whose
-// blocks fit.
+// index returns the index that lists the free blocks of b's segment.
+func (a *Arena[T]) index(b *Block[T]) *freeIndex[T] {
+	if b.Seg.own {
+		return &a.owned
+	}
+	return &a.sized
+}
+
+// find returns the smallest free block of at least n bytes that n may
+// take, or nil. A request of at least ownMin bytes may take any block; a
+// smaller one, only blocks of ordinary segments, or, if none fits, the
+// smallest wholly free own segment that does, which becomes ordinary.
 func (a *Arena[T]) find(n int64) *Block[T] {
+	if a.owned.n > 0 {
+		return a.findOwned(n)
+	}
 	c := BinNumber(n, a.lb)
 	if b := a.sized.fit(c, n); b != nil {
 		return b
 	}
 	if c, ok := a.sized.above(c); ok {
 		return a.sized.head(c)
+	}
+	return nil
+}
+
+// findOwned is find when an own segment has a free block.
+func (a *Arena[T]) findOwned(n int64) *Block[T] {
+	c := BinNumber(n, a.lb)
+	b := fitIn(&a.sized, c, n)
+	if b != nil && (b.Size == n || n < a.ownMin) {
+		return b
+	}
+	if n < a.ownMin {
+		return a.adopt(n)
+	}
+	if o := fitIn(&a.owned, c, n); o != nil && (b == nil || o.Size < b.Size) {
+		return o
+	}
+	return b
+}
+
+// adopt makes the smallest wholly free own segment of at least n bytes
+// an ordinary one and returns its block, still listed; nil if none.
+func (a *Arena[T]) adopt(n int64) *Block[T] {
+	var best *Segment[T]
+	for _, s := range a.empty {
+		if s.own && s.Size >= n && (best == nil || s.Size < best.Size) {
+			best = s
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	a.owned.remove(best.first)
+	best.own = false
+	a.sized.push(best.first)
+	return best.first
+}
+
+// fitIn returns the smallest block of x of at least n bytes (of class
+// c), or nil: the smallest that fits in n's own class (whose blocks may
+// be smaller than n), else the smallest of the next class that has a
+// block, all of whose blocks fit.
+func fitIn[T comparable](x *freeIndex[T], c uint32, n int64) *Block[T] {
+	if b := x.fit(c, n); b != nil {
+		return b
+	}
+	if c, ok := x.above(c); ok {
+		return x.head(c)
 	}
 	return nil
 }
@@ -470,7 +545,7 @@ func (a *Arena[T]) Check() error {
 					}
 				case !s.Oversize:
 					sized++
-					if b.class != BinNumber(b.Size, a.lb) || !a.sized.listed(b) {
+					if b.class != BinNumber(b.Size, a.lb) || !a.index(b).listed(b) {
 						return fmt.Errorf("segment %d: free block at %d not listed under its class", i, b.Off)
 					}
 				}
@@ -511,16 +586,19 @@ func (a *Arena[T]) Check() error {
 	if quick != a.quick.n || quick > a.quick.max {
 		return fmt.Errorf("%d blocks wait unmerged, %d counted, at most %d may", quick, a.quick.n, a.quick.max)
 	}
-	if err := a.sized.check(); err != nil {
-		return err
-	}
 	total, bad := 0, false
-	a.sized.each(func(c uint32, b *Block[T]) {
-		total++
-		bad = bad || b.class != c || !b.free || b.quick
-	})
-	if bad || total != sized || a.sized.n != sized {
-		return fmt.Errorf("%d blocks indexed (%d counted), %d free blocks to index", total, a.sized.n, sized)
+	for _, x := range []*freeIndex[T]{&a.sized, &a.owned} {
+		if err := x.check(); err != nil {
+			return err
+		}
+		own := x == &a.owned
+		x.each(func(c uint32, b *Block[T]) {
+			total++
+			bad = bad || b.class != c || !b.free || b.quick || b.Seg.own != own
+		})
+	}
+	if bad || total != sized || a.sized.n+a.owned.n != sized {
+		return fmt.Errorf("%d blocks indexed (%d counted), %d free blocks to index", total, a.sized.n+a.owned.n, sized)
 	}
 	return nil
 }

@@ -182,6 +182,78 @@ func TestSegmentSizes(t *testing.T) {
 	require.NoError(t, p.Check())
 }
 
+// A segment sized for one large request serves only large requests
+// while it is in use: a small block in the tail the large one left would
+// pin it when the large one goes. A small request that fits nowhere else
+// takes it once it is wholly free, and it becomes an ordinary segment.
+func TestArenaOwnSegmentsServeLargeRequests(t *testing.T) {
+	const kib, mib = 1 << 10, 1 << 20
+	p := policy.NewArenas[int](512, 4, 0, 256*mib)
+	small := p.Add(p.NewSegment(1000), 1000) // the first segment, 512 KiB
+	assert.False(t, small.Seg.Own())
+	const large = 3*mib + 100*kib + 512
+	s := p.NewSegment(large)
+	require.True(t, s.Own(), "past the growth step: sized for the request")
+	big := p.Add(s, large)
+	require.Greater(t, s.Size, big.Size, "its tail (to OwnUnit) is free")
+	fill := p.Get(policy.FirstSegment - small.Size) // the first segment is full
+	require.NotNil(t, fill)
+	assert.Same(t, small.Seg, fill.Seg)
+	assert.Nil(t, p.Get(512), "a small request does not take the own segment's tail")
+	assert.Less(t, int64(512), p.OwnMin())
+	require.Nil(t, p.Put(big))
+	b := p.Get(512)
+	require.NotNil(t, b, "wholly free, it serves the small request that fits nowhere else")
+	assert.Same(t, s, b.Seg)
+	assert.False(t, s.Own(), "and is an ordinary segment now")
+	require.NoError(t, p.Check())
+}
+
+// A program whose every round needs a little more than the one before
+// (a sort of a growing set: everything freed between rounds) replaces
+// its segments, at the first request after a round that grew the pool
+// by a little, with one of that round's peak and an eighth more, so that
+// it takes a segment every few rounds, not one per array.
+func TestArenaConsolidatesAPoolThatCreeps(t *testing.T) {
+	const mib = 1 << 20
+	p := policy.NewArenas[int](512, 4, 0, 256*mib)
+	round := func(sizes ...int64) (added int) {
+		var bs []*policy.Block[int]
+		for _, n := range sizes {
+			b := p.Get(n)
+			if b == nil {
+				s := p.NewSegment(n)
+				p.BeforeGrow(n)
+				b = p.Add(s, n)
+				added++
+			}
+			bs = append(bs, b)
+		}
+		for _, b := range bs {
+			require.Nil(t, p.Put(b))
+		}
+		require.NoError(t, p.Check())
+		return added
+	}
+	const n = 4 * mib
+	assert.Equal(t, 4, round(n, n, n, n), "the first round: a segment per array")
+	assert.False(t, p.Consolidating(), "the first round grew the pool from nothing")
+	assert.Equal(t, 0, round(n, n, n, n))
+	assert.False(t, p.Consolidating(), "nor did the second grow it")
+	assert.Equal(t, 1, round(n, n, n, n, mib), "the third needs a little more")
+	require.True(t, p.Consolidating())
+	assert.Nil(t, p.Get(n), "idle after a round that grew the pool by a little: the next request replaces its segments")
+	const peak = 4*n + mib
+	assert.Equal(t, int64((peak+peak/8+policy.GrowthUnit-1)/policy.GrowthUnit*policy.GrowthUnit), p.SegmentSize(n))
+	s := p.NewSegment(n)
+	assert.Len(t, p.BeforeGrow(n), 5, "the segments it replaces")
+	require.Nil(t, p.Put(p.Add(s, n)))
+	assert.False(t, p.Consolidating())
+	assert.Equal(t, 1, p.Counts().Segments, "one segment replaced them all")
+	require.NoError(t, p.Check())
+	assert.Equal(t, 0, round(n, n, n, n, mib, mib), "and serves the rounds that need a little more")
+}
+
 func TestBinsAreLIFOAndExact(t *testing.T) {
 	p := policy.NewBins[int](4)
 	n := p.SegmentSize(1000)

@@ -38,6 +38,23 @@ const (
 	// OversizeSlack is how much larger than an oversize request a free
 	// oversize segment that serves it may be (torch's kLargeBuffer).
 	OversizeSlack = 20 << 20
+	// A segment sized for one request over SmallRequest (past the growth
+	// step) serves only requests of at least 1/OwnShareDivisor of the
+	// pool, until it is wholly free and a smaller request fits nowhere
+	// else (see Arena.find). Segments made for small requests are not
+	// kept apart: on small pools, where they are most of the pool, that
+	// cost more than it saved.
+	OwnShareDivisor = 192
+	// A pool whose active bytes fall to at most 1/IdleDivisor of what it
+	// holds, with all but that part in wholly free segments, is idle. If
+	// the busy period before grew it, by at most 1/CreepDivisor of what
+	// it held when the period began, the first request after replaces
+	// the wholly free segments with one of the period's peak and
+	// 1/HeadroomDivisor more (see Arenas.consolidating): a program whose
+	// every round needs a little more (a sort of a growing set) then
+	// takes one segment every few rounds, not one per array.
+	IdleDivisor  = 8
+	CreepDivisor = 2
 )
 
 // DefaultQuick is how many blocks of up to SmallRequest bytes given back
@@ -82,6 +99,15 @@ type Arenas[T comparable] struct {
 	activePeak int64 // the most bytes of active blocks yet
 	counts     Counts
 	gone       []int64 // the sizes of the segments TakeKept gave up since the last Add
+
+	// The busy periods, between idle moments (see IdleDivisor).
+	busy        bool  // active bytes passed the idle share since the pool was last idle
+	periodPeak  int64 // the most active bytes of this period
+	periodAdded int64 // the bytes of the segments added while busy
+	periodGrew  bool  // a segment was added while busy
+	idleHeld    int64 // the bytes held when this period began
+	lastPeak    int64 // periodPeak of the period before
+	lastGrew    bool  // the period before grew the pool by a little: replace its segments
 }
 
 // NewArenas returns the policy with blocks aligned to align, size classes
@@ -92,6 +118,7 @@ func NewArenas[T comparable](align int64, leadingBits int, maxSplit, preferred i
 	p.unit, p.own = max(GrowthUnit, p.a.align), max(OwnUnit, p.a.align)
 	p.a.counts = &p.counts
 	p.a.SetQuick(DefaultQuick, SmallRequest)
+	p.setOwnMin()
 	return p
 }
 
@@ -125,7 +152,7 @@ func (p *Arenas[T]) GetOn(size int64, q int32) *Block[T] {
 	var b *Block[T]
 	if p.Oversize(size) {
 		b = p.a.GetWhole(n, OversizeSlack)
-	} else {
+	} else if !p.lastGrew || !p.consolidating() {
 		b = p.a.GetOn(n, q)
 	}
 	if b != nil {
@@ -136,8 +163,40 @@ func (p *Arenas[T]) GetOn(size int64, q int32) *Block[T] {
 
 // noteActive brings activePeak up to date after a block was handed out.
 func (p *Arenas[T]) noteActive() {
-	p.activePeak = max(p.activePeak, p.reserved-p.counts.FreeBytes)
+	active := p.reserved - p.counts.FreeBytes
+	p.activePeak = max(p.activePeak, active)
+	p.periodPeak = max(p.periodPeak, active)
+	if !p.busy && active > p.reserved/IdleDivisor {
+		p.busy = true
+	}
 }
+
+// idle reports whether the pool's active bytes are at most
+// 1/IdleDivisor of what it holds.
+func (p *Arenas[T]) idle() bool {
+	return p.reserved-p.counts.FreeBytes <= p.reserved/IdleDivisor
+}
+
+// consolidating reports whether the next request is to replace the pool's
+// wholly free segments with one: the pool is idle, all but 1/IdleDivisor
+// of it in wholly free segments, and the busy period before grew it by a
+// little (see IdleDivisor). Get then returns nil even if a block fits.
+func (p *Arenas[T]) consolidating() bool {
+	if !p.lastGrew || p.busy || !p.idle() || len(p.a.segs) == 0 {
+		return false
+	}
+	p.a.Flush()
+	var empty int64
+	for _, s := range p.a.empty {
+		empty += s.Size
+	}
+	return empty >= p.reserved-p.reserved/IdleDivisor
+}
+
+// Consolidating reports whether the next request that is not oversize
+// goes to a new segment that replaces the wholly free ones, though a
+// free block may fit it (see IdleDivisor).
+func (p *Arenas[T]) Consolidating() bool { return p.consolidating() }
 
 // SegmentSize returns the bytes of a new segment for a request of size
 // (see the constants above): the first is FirstSegment; one after grows
@@ -150,10 +209,17 @@ func (p *Arenas[T]) noteActive() {
 // the preferred size, or oversize, gets a segment of its own, rounded to
 // OwnUnit.
 func (p *Arenas[T]) SegmentSize(size int64) int64 {
+	n, _ := p.segmentSize(size)
+	return n
+}
+
+// segmentSize is SegmentSize, and whether the segment is sized for the
+// request alone (past the growth step; not oversize).
+func (p *Arenas[T]) segmentSize(size int64) (int64, bool) {
 	n := p.Round(size)
 	own := roundUp(n, p.own)
 	if p.Oversize(size) || n > p.preferred/2 {
-		return own
+		return own, false
 	}
 	held := p.a.Bytes()
 	step := min(p.preferred, roundUp(FirstSegment, p.unit))
@@ -164,13 +230,18 @@ func (p *Arenas[T]) SegmentSize(size int64) int64 {
 		grow := max(held/GrowthDivisor-scattered, held/MinGrowthDivisor)
 		step = min(p.preferred, max(p.unit, roundUp(grow, p.unit)))
 	}
+	if p.consolidating() {
+		if c := min(p.preferred, roundUp(p.lastPeak+p.lastPeak/HeadroomDivisor, p.unit)); c >= n && c > step {
+			return c, false
+		}
+	}
 	if n <= step {
-		return step
+		return step, false
 	}
 	if n > held/BigDivisor && p.outgrew(n) {
 		own = roundUp(n+n/HeadroomDivisor, p.own)
 	}
-	return own
+	return own, true
 }
 
 // outgrew reports whether a request's block of n bytes is larger than a
@@ -195,7 +266,9 @@ func (p *Arenas[T]) outgrew(n int64) bool {
 // NewSegment returns a segment, not yet allocated, for a request of size:
 // SegmentSize bytes, marked small or oversize as Add will mark it.
 func (p *Arenas[T]) NewSegment(size int64) *Segment[T] {
-	return &Segment[T]{Size: p.SegmentSize(size), Small: p.small(size), Oversize: p.Oversize(size)}
+	n, own := p.segmentSize(size)
+	small := p.small(size)
+	return &Segment[T]{Size: n, Small: small, Oversize: p.Oversize(size), own: own && !small}
 }
 
 // small reports whether a segment made for a request of size is small.
@@ -243,6 +316,12 @@ func (p *Arenas[T]) TakeKept(n int64) []*Segment[T] {
 // cut from it, active. It marks the segment small or oversize by the
 // request.
 func (p *Arenas[T]) Add(seg *Segment[T], size int64) *Block[T] {
+	if p.busy {
+		p.periodGrew = true
+		p.periodAdded += seg.Size
+	} else {
+		p.lastGrew = false // consolidated
+	}
 	p.reserved += seg.Size
 	p.highWater = max(p.highWater, p.reserved)
 	if seg.Exact {
@@ -256,8 +335,10 @@ func (p *Arenas[T]) Add(seg *Segment[T], size int64) *Block[T] {
 		return b
 	}
 	seg.Oversize, seg.Small = p.Oversize(size), p.small(size)
+	seg.own = seg.own && !seg.Oversize && !seg.Small
 	p.gone = p.gone[:0]
 	b := p.a.Add(seg, p.Round(size))
+	p.setOwnMin()
 	p.noteActive()
 	return b
 }
@@ -272,6 +353,12 @@ func (p *Arenas[T]) Put(b *Block[T]) (release *Segment[T]) {
 		return b.Seg
 	}
 	p.a.Put(b)
+	if p.busy && p.idle() { // a busy period ends
+		p.busy = false
+		p.lastPeak = p.periodPeak
+		p.lastGrew = p.periodGrew && p.periodAdded <= p.idleHeld/CreepDivisor
+		p.periodPeak, p.periodGrew, p.periodAdded, p.idleHeld = 0, false, 0, p.reserved
+	}
 	return nil
 }
 
@@ -288,6 +375,7 @@ func (p *Arenas[T]) TakeLargest() *Segment[T] {
 	if best != nil {
 		p.a.Remove(best)
 		p.reserved -= best.Size
+		p.setOwnMin()
 	}
 	return best
 }
@@ -300,6 +388,7 @@ func (p *Arenas[T]) TakeFreeIf(pred func(*Block[T]) bool) *Segment[T] {
 		if pred(s.first) {
 			p.a.Remove(s)
 			p.reserved -= s.Size
+			p.setOwnMin()
 			return s
 		}
 	}
@@ -329,5 +418,13 @@ func (p *Arenas[T]) Check() error {
 	}
 	return nil
 }
+
+// OwnMin returns the least request that takes blocks of a segment sized
+// for one request (Segment.Own) that is not wholly free.
+func (p *Arenas[T]) OwnMin() int64 { return p.a.ownMin }
+
+// setOwnMin sets the least request that takes blocks of own segments,
+// after the pool's size changed.
+func (p *Arenas[T]) setOwnMin() { p.a.SetOwnMin(p.a.Bytes() / OwnShareDivisor) }
 
 func roundUp(n, unit int64) int64 { return (n + unit - 1) / unit * unit }

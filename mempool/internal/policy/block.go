@@ -18,6 +18,12 @@ type Segment[T comparable] struct {
 	// blocks serve any request), or a bin's block under 1 MiB.
 	Small bool
 
+	// own marks an arena segment sized for the one large request that
+	// made it (over SmallRequest and the growth step): its blocks serve
+	// only requests of at least the arena's ownMin, so that small blocks
+	// do not pin it (see Arena.find).
+	own bool
+
 	parked []parked[T] // caches of ranges that were blocks, for when they are again
 	blocks int         // how many blocks it is cut into
 	active int         // how many of them are active (arena)

@@ -20,6 +20,7 @@ import (
 func FuzzArena(f *testing.F) {
 	f.Add([]byte{1, 2, 3, 200, 4, 5, 130, 6, 255, 7, 8})
 	f.Add([]byte{255, 255, 0, 128, 129, 64, 3, 3, 3, 3})
+	f.Add([]byte("A\xa3A0\xa3\xa30")) // a small request beside the tail of a segment made for a large one
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		p := policy.NewArenas[int](512, 4, 16<<20, 64<<20)
 		type active struct {
@@ -32,13 +33,18 @@ func FuzzArena(f *testing.F) {
 			switch {
 			case op < 160 || len(live) == 0: // allocate
 				size := int64(op%40+1) << (op % 24) // 1 B to ~320 MiB
+				consolidating := p.Consolidating()
 				b := p.Get(size)
-				if b == nil && !p.Oversize(size) {
-					// None fits, waiting blocks merged.
+				if b == nil && !p.Oversize(size) && !consolidating {
+					// None fits that the request may take, waiting
+					// blocks merged: a segment made for one request
+					// serves a smaller one than OwnMin only once it is
+					// wholly free.
 					n := p.Round(size)
 					for s := range segs {
+						may := !s.Own() || n >= p.OwnMin() || s.WhollyFree()
 						for x := range s.Blocks() {
-							require.False(t, x.Free() && !s.Oversize && x.Size >= n,
+							require.False(t, x.Free() && !s.Oversize && x.Size >= n && may,
 								"step %d: a free %d-byte block fits %d bytes, but Get found none", i, x.Size, n)
 						}
 					}

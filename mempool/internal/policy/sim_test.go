@@ -233,8 +233,7 @@ var shortfalls = map[string]struct {
 	segments int
 	why      string
 }{
-	"synth-random-mixed.tsv": {ratio: 1.21, why: "random frees of log-uniform sizes up to 8 MiB: best fit in one unbounded segment already needs 1.17-1.22x the plan"},
-	"synth-radix-grow.tsv":   {segments: 54, why: "four arrays of a quarter of the pool each, 1% larger every round: a segment is outgrown every few rounds, and more headroom passes 1.15x"},
+	"synth-random-mixed.tsv": {ratio: 1.23, why: "random frees of log-uniform sizes up to 8 MiB: best fit in one unbounded segment already needs 1.13x the plan on average over 48 seeds of the generator (up to 1.30x), 1.23x on this one; which seeds pass changes with any change of placement (the arena's mean over those seeds is 1.14x)"},
 }
 
 // TestArenaHoldsCloseToTheLivePeak replays the recorded traces and the

@@ -32,3 +32,8 @@ func (s *Segment[T]) WhollyFree() bool {
 
 // Split reports whether the segment is cut into more than one block.
 func (s *Segment[T]) Split() bool { return s.blocks > 1 }
+
+// Own reports whether an arena made the segment for one large request
+// (over SmallRequest and its growth step): until it is wholly free, its
+// blocks serve only requests of at least the policy's OwnMin.
+func (s *Segment[T]) Own() bool { return s.own }
