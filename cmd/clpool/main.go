@@ -64,9 +64,10 @@ Replays an allocation trace through each configuration named by -configs:
   pool-immediate-nodrop    the same with WithDropSafety(false)
   pool-arena               a mempool.Pool over Immediate with WithArena
 and prints ns/event (median of -runs runs after -warmup runs; the pool stays
-warm between runs), the hits, misses and device allocations of the first
-run, peak managed and live bytes, and managed/plan: the peak managed bytes
-over the trace's clairvoyant plan (clpool plan, align 256).
+warm between runs); the hits, misses, device allocations and peak managed
+bytes of the first run, one pass of the trace from a new pool (as plan's
+figures are); peak live bytes; and managed/plan: that peak managed over the
+trace's clairvoyant plan (clpool plan, align 256).
 
 The trace is lines of "op id size", an optional "op id size" header first:
 "a 1 4096" allocates 4096 bytes as block 1 and "f 1 4096" frees it (a free's
@@ -304,13 +305,10 @@ func runConfig(name string, q *cl.CommandQueue, events []trace.Event, sum trace.
 		prog.step(name, i+1, warmup+runs, ns)
 		if pool != nil && i == 0 { // the first, cold run: what one pass of the trace costs
 			s := pool.Stats()
-			r.Hits, r.Misses, r.DeviceAllocs = s.Hits, s.Misses, s.DeviceAllocs
+			r.Hits, r.Misses, r.DeviceAllocs, r.PeakManaged = s.Hits, s.Misses, s.DeviceAllocs, s.PeakManagedBytes
 		}
 	}
 	r.NsPerEvent = median(r.Runs)
-	if pool != nil {
-		r.PeakManaged = pool.Stats().PeakManagedBytes
-	}
 	return r, nil
 }
 
