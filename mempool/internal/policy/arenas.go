@@ -108,6 +108,12 @@ type Arenas[T comparable] struct {
 	idleHeld    int64 // the bytes held when this period began
 	lastPeak    int64 // periodPeak of the period before
 	lastGrew    bool  // the period before grew the pool by a little: replace its segments
+	// pending is the size of the segment that is to replace the wholly
+	// free ones, decided when GetOn declined a block for it; 0 if none.
+	// It holds until Add or a block handed out, so that the pool sizes
+	// the segment again after draining its queue caches (and BeforeGrow
+	// freed what it replaces) as it did the first time.
+	pending int64
 }
 
 // NewArenas returns the policy with blocks aligned to align, size classes
@@ -152,13 +158,29 @@ func (p *Arenas[T]) GetOn(size int64, q int32) *Block[T] {
 	var b *Block[T]
 	if p.Oversize(size) {
 		b = p.a.GetWhole(n, OversizeSlack)
-	} else if !p.lastGrew || !p.consolidating() {
+	} else if c, ok := p.consolidation(n); ok {
+		p.pending = c // declined: the new segment replaces the free ones
+		return nil
+	} else {
 		b = p.a.GetOn(n, q)
 	}
 	if b != nil {
+		p.pending = 0
 		p.noteActive()
 	}
 	return b
+}
+
+// consolidation returns the size of the segment that is to replace the
+// pool's wholly free segments, and true, if the pool is consolidating
+// (see IdleDivisor) and that segment serves a block of n bytes: at least
+// n, and larger than the growth step. GetOn declines a request only then.
+func (p *Arenas[T]) consolidation(n int64) (int64, bool) {
+	if !p.consolidating() {
+		return 0, false
+	}
+	c := min(p.preferred, roundUp(p.lastPeak+p.lastPeak/HeadroomDivisor, p.unit))
+	return c, c >= n && c > p.step() && n <= p.preferred/2
 }
 
 // noteActive brings activePeak up to date after a block was handed out.
@@ -193,10 +215,15 @@ func (p *Arenas[T]) consolidating() bool {
 	return empty >= p.reserved-p.reserved/IdleDivisor
 }
 
-// Consolidating reports whether the next request that is not oversize
-// goes to a new segment that replaces the wholly free ones, though a
-// free block may fit it (see IdleDivisor).
+// Consolidating reports whether the pool is to replace its wholly free
+// segments with one (see IdleDivisor): a request that segment serves is
+// declined by Get though a free block may fit it.
 func (p *Arenas[T]) Consolidating() bool { return p.consolidating() }
+
+// Replacing reports whether Get declined the last request for a segment
+// that replaces the wholly free ones: NewSegment sizes it, and
+// BeforeGrow gives up every wholly free segment, until Add.
+func (p *Arenas[T]) Replacing() bool { return p.pending > 0 }
 
 // SegmentSize returns the bytes of a new segment for a request of size
 // (see the constants above): the first is FirstSegment; one after grows
@@ -221,20 +248,10 @@ func (p *Arenas[T]) segmentSize(size int64) (int64, bool) {
 	if p.Oversize(size) || n > p.preferred/2 {
 		return own, false
 	}
-	held := p.a.Bytes()
-	step := min(p.preferred, roundUp(FirstSegment, p.unit))
-	if held > 0 {
-		// The free bytes of the segments in use: the idle ones are as
-		// good as gone, as BeforeGrow frees them first.
-		scattered := p.a.SplitBytes()
-		grow := max(held/GrowthDivisor-scattered, held/MinGrowthDivisor)
-		step = min(p.preferred, max(p.unit, roundUp(grow, p.unit)))
+	if p.pending >= n {
+		return p.pending, false
 	}
-	if p.consolidating() {
-		if c := min(p.preferred, roundUp(p.lastPeak+p.lastPeak/HeadroomDivisor, p.unit)); c >= n && c > step {
-			return c, false
-		}
-	}
+	held, step := p.a.Bytes(), p.step()
 	if n <= step {
 		return step, false
 	}
@@ -242,6 +259,20 @@ func (p *Arenas[T]) segmentSize(size int64) (int64, bool) {
 		own = roundUp(n+n/HeadroomDivisor, p.own)
 	}
 	return own, true
+}
+
+// step returns the growth step: the size of a new segment for a request
+// that fits it (see SegmentSize).
+func (p *Arenas[T]) step() int64 {
+	held := p.a.Bytes()
+	if held == 0 {
+		return min(p.preferred, roundUp(FirstSegment, p.unit))
+	}
+	// The free bytes of the segments in use: the idle ones are as good
+	// as gone, as BeforeGrow frees them first.
+	scattered := p.a.SplitBytes()
+	grow := max(held/GrowthDivisor-scattered, held/MinGrowthDivisor)
+	return min(p.preferred, max(p.unit, roundUp(grow, p.unit)))
 }
 
 // outgrew reports whether a request's block of n bytes is larger than a
@@ -285,6 +316,9 @@ func (p *Arenas[T]) small(size int64) bool {
 // then one of small ones) from freeing one phase's segments to make the
 // next one's, and allocating them again each turn.
 func (p *Arenas[T]) BeforeGrow(size int64) []*Segment[T] {
+	if p.pending > 0 { // the new segment replaces every wholly free one
+		return p.takeAll()
+	}
 	n := p.SegmentSize(size)
 	if p.reserved+n <= p.activePeak+p.activePeak/GrowSlack {
 		return nil
@@ -302,6 +336,12 @@ func (p *Arenas[T]) TakeKept(n int64) []*Segment[T] {
 	if p.reserved+n <= p.highWater {
 		return nil
 	}
+	return p.takeAll()
+}
+
+// takeAll removes every wholly free segment and returns them for the
+// pool to free; outgrew remembers their sizes until the next Add.
+func (p *Arenas[T]) takeAll() []*Segment[T] {
 	var out []*Segment[T]
 	for s := p.TakeLargest(); s != nil; s = p.TakeLargest() {
 		out = append(out, s)
@@ -316,6 +356,7 @@ func (p *Arenas[T]) TakeKept(n int64) []*Segment[T] {
 // cut from it, active. It marks the segment small or oversize by the
 // request.
 func (p *Arenas[T]) Add(seg *Segment[T], size int64) *Block[T] {
+	p.pending = 0
 	if p.busy {
 		p.periodGrew = true
 		p.periodAdded += seg.Size
@@ -373,9 +414,7 @@ func (p *Arenas[T]) TakeLargest() *Segment[T] {
 		}
 	}
 	if best != nil {
-		p.a.Remove(best)
-		p.reserved -= best.Size
-		p.setOwnMin()
+		p.removed(best)
 	}
 	return best
 }
@@ -386,13 +425,21 @@ func (p *Arenas[T]) TakeFreeIf(pred func(*Block[T]) bool) *Segment[T] {
 	p.a.Flush()
 	for _, s := range p.a.empty {
 		if pred(s.first) {
-			p.a.Remove(s)
-			p.reserved -= s.Size
-			p.setOwnMin()
+			p.removed(s)
 			return s
 		}
 	}
 	return nil
+}
+
+// removed takes a wholly free segment out of the arena and the pool's
+// size: what the pool held when its busy period began is at most what it
+// holds now (FreeHeld and the ladder take segments out).
+func (p *Arenas[T]) removed(s *Segment[T]) {
+	p.a.Remove(s)
+	p.reserved -= s.Size
+	p.idleHeld = min(p.idleHeld, p.reserved)
+	p.setOwnMin()
 }
 
 // LargestFree returns the size of the largest free block.

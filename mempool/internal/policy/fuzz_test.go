@@ -33,8 +33,8 @@ func FuzzArena(f *testing.F) {
 			switch {
 			case op < 160 || len(live) == 0: // allocate
 				size := int64(op%40+1) << (op % 24) // 1 B to ~320 MiB
-				consolidating := p.Consolidating()
 				b := p.Get(size)
+				consolidating := b == nil && p.Replacing()
 				if b == nil && !p.Oversize(size) && !consolidating {
 					// None fits that the request may take, waiting
 					// blocks merged: a segment made for one request
@@ -49,13 +49,20 @@ func FuzzArena(f *testing.F) {
 						}
 					}
 				}
-				if b == nil {
+				if b == nil { // in the pool's order: the segment sized, then BeforeGrow
+					s := p.NewSegment(size)
+					checkSegmentSize(t, p, s, size, len(segs) == 0)
 					for _, s := range p.BeforeGrow(size) {
 						require.True(t, segs[s])
 						delete(segs, s)
 					}
-					s := p.NewSegment(size)
-					checkSegmentSize(t, p, s, size, len(segs) == 0)
+					if consolidating {
+						// Get declined a block for a segment that
+						// replaces every wholly free one.
+						for s := range segs {
+							require.False(t, s.WhollyFree(), "step %d: a wholly free segment beside the consolidated one", i)
+						}
+					}
 					segs[s] = true
 					b = p.Add(s, size)
 				}
