@@ -46,6 +46,16 @@
 // the out-of-memory ladder free them too. WithMaxSplitSize
 // gives requests over a size segments of their own that are never split.
 //
+// A segment made for one large request (past the growth step) serves
+// only requests of at least 1/192 of the pool until it is wholly free, so
+// that a small long-lived block cannot keep a large segment from going
+// back. And when a pool whose last busy period grew it by a little goes
+// idle (at most an eighth of it in use, the rest wholly free segments),
+// its next request gets one segment of that period's peak and an eighth
+// more in place of the wholly free ones: a program whose rounds each
+// need a little more (a sort of a growing set) takes a segment every few
+// rounds, not one per array per round.
+//
 // A block of an arena is a range of its segment: Base and Offset name it,
 // and array/ passes them to kernels. Buffer makes a sub-buffer covering
 // exactly the block at its first call and keeps it for the next block with
