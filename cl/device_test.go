@@ -3,8 +3,11 @@ package cl_test
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
@@ -217,4 +220,44 @@ func TestStableNameHasNoICDOrdinal(t *testing.T) {
 	}
 	var none *cl.Device
 	assert.Empty(t, none.StableName())
+	made := &cl.Device{Name: all[0].Name, Vendor: all[0].Vendor} // listed by no one
+	assert.Equal(t, all[0].Name+" ("+all[0].Vendor+")", made.StableName())
+}
+
+// Every listing (AllDevices, Platform.Devices, DefaultDevice) makes new
+// Devices: a program that lists its devices again and names them
+// (WriteSummary, a metrics collector per pool) keeps none of them alive
+// through StableName's cache, which is keyed by the devices' ids.
+func TestStableNameKeepsNoDeviceAlive(t *testing.T) {
+	var collected atomic.Int64
+	const n = 20
+	for range n {
+		all, err := cl.AllDevices()
+		require.NoError(t, err)
+		d := all[0]
+		require.NotEmpty(t, d.StableName())
+		runtime.AddCleanup(d, func(*atomic.Int64) { collected.Add(1) }, &collected)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for collected.Load() < n && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	assert.Equal(t, int64(n), collected.Load(), "Devices listed, named and dropped that the garbage collector reclaimed")
+}
+
+// Two identical devices (POCL_DEVICES="cpu cpu") have different stable
+// names, the first without a number, and so do the queues' devices.
+func TestStableNameTellsIdenticalDevicesApart(t *testing.T) {
+	if os.Getenv(cltest.ChildEnv) == "" {
+		cltest.RunOnTwoPOCLDevices(t, "TestStableNameTellsIdenticalDevicesApart")
+		return
+	}
+	a, b := cltest.TwoDevices(t)
+	require.Equal(t, a.Name+a.Vendor, b.Name+b.Vendor, "identical")
+	assert.Equal(t, a.Name+" ("+a.Vendor+")", a.StableName())
+	assert.Equal(t, b.Name+" ("+b.Vendor+") #2", b.StableName())
+	all, err := cl.AllDevices()
+	require.NoError(t, err)
+	assert.Equal(t, b.StableName(), all[1].StableName(), "the same device listed again")
 }

@@ -297,8 +297,15 @@ func (d *Device) String() string {
 	return fmt.Sprintf("%d:%d %s (%s)", d.Platform.Index, d.Index, d.Name, d.Platform.Name)
 }
 
-// stableNames caches StableName's answers: it lists every device.
-var stableNames sync.Map // *Device -> string
+// stableNames caches StableName's answers by device id (cl_device_id,
+// which every listing of a device returns alike, unlike the *Device it
+// makes anew): the names of the devices of the last listing StableName
+// made, so that it holds no Device and no more entries than there are
+// devices.
+var stableNames struct {
+	mu   sync.Mutex
+	byID map[C.cl_device_id]string
+}
 
 // StableName returns the device's name and vendor, "name (vendor)": a
 // name that stays the same however the ICD loader is set up, unlike
@@ -306,32 +313,57 @@ var stableNames sync.Map // *Device -> string
 // .icd files installed). A device identical in name and vendor to one
 // listed before it (AllDevices' order) is told apart by its place among
 // them: "name (vendor) #2", #3, and so on; the first has no number, so a
-// second card does not rename the first. It returns "" for a nil d. The
-// answer is computed once per Device.
+// second card does not rename the first. It returns "" for a nil d.
+//
+// StableName lists the devices (AllDevices) for a device it has not
+// named, and caches the names of all those listed by their OpenCL ids,
+// not by Device: the Devices of later listings, which are new Devices of
+// the same ids, are named from the cache, and the cache keeps no Device
+// alive.
 func (d *Device) StableName() string {
 	if d == nil {
 		return ""
 	}
-	if name, ok := stableNames.Load(d); ok {
-		return name.(string)
-	}
-	name := d.Name + " (" + d.Vendor + ")"
-	if all, err := AllDevices(); err == nil && d.Platform != nil {
-		nth := 0
-		for _, o := range all {
-			if o.Name != d.Name || o.Vendor != d.Vendor {
-				continue
-			}
-			nth++
-			if o.Platform.Index == d.Platform.Index && o.Index == d.Index {
-				if nth > 1 {
-					name += " #" + strconv.Itoa(nth)
-				}
-				break
-			}
+	if d.id != nil {
+		stableNames.mu.Lock()
+		name, ok := stableNames.byID[d.id]
+		stableNames.mu.Unlock()
+		if ok {
+			return name
 		}
 	}
-	stableNames.Store(d, name)
+	name := d.Name + " (" + d.Vendor + ")"
+	if d.id == nil && d.Platform == nil {
+		return name // not a listed device: none to tell it apart from
+	}
+	all, err := AllDevices()
+	if err != nil {
+		return name
+	}
+	byID := make(map[C.cl_device_id]string, len(all))
+	nth := map[[2]string]int{} // the devices of each name and vendor so far
+	byIndex := ""              // the name of the device at d's place, if it is d's
+	for _, o := range all {
+		oName := o.Name + " (" + o.Vendor + ")"
+		k := [2]string{o.Name, o.Vendor}
+		nth[k]++
+		if n := nth[k]; n > 1 {
+			oName += " #" + strconv.Itoa(n)
+		}
+		byID[o.id] = oName
+		if d.Platform != nil && o.Platform.Index == d.Platform.Index && o.Index == d.Index && o.Name == d.Name && o.Vendor == d.Vendor {
+			byIndex = oName
+		}
+	}
+	stableNames.mu.Lock()
+	stableNames.byID = byID
+	stableNames.mu.Unlock()
+	if listed, ok := byID[d.id]; ok && d.id != nil {
+		return listed
+	}
+	if byIndex != "" {
+		return byIndex
+	}
 	return name
 }
 

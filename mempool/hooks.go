@@ -67,7 +67,10 @@ type Event struct {
 // read-only methods (Stats), but not Allocate. A hook that panics makes the
 // pool's method return a *PanicError (ErrPanicked) once the pool has put
 // its accounts in order: an Allocate fails and its block goes back to the
-// pool; a Close still gives its block back.
+// pool; a Close still gives its block back. When a malloc_after hook
+// panics, the hooks have all been told of the block's allocation: they
+// are told of its free too (free_before, free_after), so that every hook
+// sees each block it saw allocated freed.
 //
 // CuPy installs hooks per thread, for the span of a with block. Go has no
 // goroutine-local state, and a pool is usually shared by goroutines, so a

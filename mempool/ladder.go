@@ -320,15 +320,16 @@ func (p *Pool) handOver(req *request, b *block, uses []policy.Use) error {
 }
 
 // wrap fills in req.pb to hand out block b. If a malloc_after hook
-// panics, the block goes back to the pool and the request fails with the
-// panic.
+// panics, the request fails with the panic and the block goes back to the
+// pool as a Close gives it back: every hook, each told of the block's
+// allocation, is told of its free (free_before, free_after), so that no
+// hook is left with a block allocated and never freed.
 func (p *Pool) wrap(req *request, b *block) (*PooledBuffer, error) {
 	pb := req.pb
 	*pb = PooledBuffer{pool: p, blk: b, size: req.size, q: req.q}
 	if req.hooks != nil {
 		if err := p.emit(req.hooks, pb.event(MallocAfter, b)); err != nil {
-			_ = p.putBack(pb, false)
-			return nil, err
+			return nil, errors.Join(err, p.give(pb, req.hooks, true))
 		}
 	}
 	return pb, nil

@@ -94,6 +94,28 @@ func TestPanickingHookOnAHit(t *testing.T) {
 	assert.Equal(t, int64(1), s.DeviceAllocs)
 }
 
+// An Allocate whose malloc_after hook panics gives its block back as a
+// Close does: every hook, the panicking one and those before and after
+// it, is told of the block's free, with the block's ID, after its
+// malloc_after.
+func TestMallocAfterHookPanicTellsEveryHookTheFree(t *testing.T) {
+	f := newFixture(t, nil)
+	before, after := &recorder{}, &recorder{}
+	f.pool.AddHook(before)
+	f.pool.AddHook(&panicOnce{kind: mempool.MallocAfter})
+	f.pool.AddHook(after)
+	_, err := f.pool.Allocate(1000)
+	require.ErrorIs(t, err, mempool.ErrPanicked)
+	assert.Zero(t, f.pool.ActiveBlocks())
+	for _, rec := range []*recorder{before, after} {
+		ev := rec.take()
+		require.Equal(t, []mempool.EventKind{mempool.MallocBefore, mempool.AllocBefore, mempool.AllocAfter, mempool.MallocAfter, mempool.FreeBefore, mempool.FreeAfter}, kinds(ev))
+		assert.NotZero(t, ev[3].BlockID)
+		assert.Equal(t, ev[3].BlockID, ev[4].BlockID, "the free names the block allocated")
+		assert.Equal(t, ev[3].BlockID, ev[5].BlockID)
+	}
+}
+
 // panicky panics in Allocate or Free (after freeing) when told to.
 type panicky struct {
 	allocator.Allocator

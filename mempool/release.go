@@ -26,7 +26,8 @@ import (
 func (p *Pool) put(pb *PooledBuffer) error { return p.give(pb, p.hooks.Load(), true) }
 
 // putBack takes back a block that was never handed out after all (a
-// failed handover, a hook that panicked): no hook is told. With keepUses,
+// failed handover, a segment whose hook panicked): no hook is told, since
+// none was told of its allocation (malloc_after). With keepUses,
 // the block keeps the uses it has; otherwise it records pb's queue's, as
 // put does.
 func (p *Pool) putBack(pb *PooledBuffer, keepUses bool) error { return p.give(pb, nil, !keepUses) }

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -677,56 +678,25 @@ func snapshotPage(s snapshotFile) (page, error) {
 
 	// The blocks active at the snapshot that the history did not see
 	// allocated were allocated before it began: they are bands from its
-	// start, at the bottom of the stack. The history numbers blocks its
-	// own way, so they are told apart by size, queue and site: each block
-	// the history leaves live is one of the snapshot's active blocks of
-	// its size, of its queue and site if one has them (a History with
-	// sites names the site of each block it saw allocated, and numbers
-	// queues as the snapshot does), else of its size alone.
-	type blockKey struct {
-		size  int64
-		queue int
-		site  string
-	}
-	liveKeys := map[blockKey]int{} // blocks of the key the history leaves live
-	liveSizes := map[int64]int{}   // and of the size, once those are matched
-	{
-		live := map[int64]blockKey{}
-		for _, ev := range events {
-			switch ev.Op {
-			case trace.Alloc:
-				live[ev.ID] = blockKey{ev.Size, ev.Queue, ev.Site}
-			case trace.Free:
-				delete(live, ev.ID)
-			}
-		}
-		for _, k := range live {
-			liveKeys[k]++
+	// start, at the bottom of the stack (see blocksBefore).
+	liveKeys := map[int64]blockKey{} // the blocks the history leaves live, by id
+	for _, ev := range events {
+		switch ev.Op {
+		case trace.Alloc:
+			liveKeys[ev.ID] = blockKey{ev.Size, ev.Queue, ev.Site}
+		case trace.Free:
+			delete(liveKeys, ev.ID)
 		}
 	}
-	var active, before []mempool.BlockSnapshot
+	var active []mempool.BlockSnapshot
 	for _, seg := range s.Segments {
 		for _, bl := range seg.Blocks {
-			if bl.State != mempool.StateActive {
-				continue
+			if bl.State == mempool.StateActive {
+				active = append(active, bl)
 			}
-			if k := (blockKey{bl.Requested, bl.Queue, bl.Site}); liveKeys[k] > 0 {
-				liveKeys[k]--
-				continue
-			}
-			active = append(active, bl)
 		}
 	}
-	for k, n := range liveKeys {
-		liveSizes[k.size] += n
-	}
-	for _, bl := range active {
-		if liveSizes[bl.Requested] > 0 {
-			liveSizes[bl.Requested]--
-			continue
-		}
-		before = append(before, bl)
-	}
+	before := blocksBefore(liveKeys, active)
 	slices.SortFunc(before, func(x, y mempool.BlockSnapshot) int { return cmp.Compare(x.ID, y.ID) })
 	live := int64(0)
 	for _, bl := range before {
@@ -791,6 +761,60 @@ func snapshotPage(s snapshotFile) (page, error) {
 	pg.Notes = append(pg.Notes, fmt.Sprintf("Plots 1 and 2 are the snapshot's history, its last %d events, from %s: the blocks active at the snapshot that it did not see allocated (told apart by size, queue and site) are drawn from its start, and the %d frees of other blocks allocated before it are left out. The managed bytes are known only at the snapshot, drawn at the history's end.",
 		len(s.History), pg.moment0(), left))
 	return pg, nil
+}
+
+// blockKey is what tells a snapshot's active block apart from others:
+// its requested size, its queue and its site.
+type blockKey struct {
+	size  int64
+	queue int
+	site  string
+}
+
+// blocksBefore returns the blocks of active (a snapshot's) that none of
+// the blocks its history leaves live (liveByID, by the history's ids)
+// matches: those allocated before the history began. The history
+// numbers blocks its own way, so each of its live blocks is taken for
+// one of the active blocks of its size, queue and site, in that order
+// (a History with sites names the site of each block it saw allocated,
+// and numbers queues as the snapshot does); else, for those left, of its
+// size and queue (a history without sites, or a snapshot that names
+// none); else, last, of its size alone.
+func blocksBefore(liveByID map[int64]blockKey, active []mempool.BlockSnapshot) []mempool.BlockSnapshot {
+	var live []blockKey // oldest first, so that the matches are the same each time
+	for _, id := range slices.Sorted(maps.Keys(liveByID)) {
+		live = append(live, liveByID[id])
+	}
+	passes := []func(blockKey) blockKey{
+		func(k blockKey) blockKey { return k },
+		func(k blockKey) blockKey { return blockKey{size: k.size, queue: k.queue} },
+		func(k blockKey) blockKey { return blockKey{size: k.size} },
+	}
+	for _, key := range passes {
+		unmatched := map[blockKey][]int{} // the live blocks left, by key: indices into live
+		for i, k := range live {
+			unmatched[key(k)] = append(unmatched[key(k)], i)
+		}
+		matched := make([]bool, len(live))
+		var rest []mempool.BlockSnapshot
+		for _, bl := range active {
+			k := key(blockKey{bl.Requested, bl.Queue, bl.Site})
+			if is := unmatched[k]; len(is) > 0 {
+				matched[is[0]], unmatched[k] = true, is[1:]
+				continue
+			}
+			rest = append(rest, bl)
+		}
+		active = rest
+		var left []blockKey
+		for i, k := range live {
+			if !matched[i] {
+				left = append(left, k)
+			}
+		}
+		live = left
+	}
+	return active
 }
 
 // moment0 names where the page's axis starts.

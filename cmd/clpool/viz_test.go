@@ -656,3 +656,119 @@ func TestProgressCountDrawsABarOnlyOnATerminal(t *testing.T) {
 	p.done()
 	assert.Empty(t, buf.String())
 }
+
+// A History that wrapped has lost the allocation of a segment that is
+// still live, but keeps other segments' events: its WriteTrace writes
+// that allocation first, so that viz, which takes the managed bytes from
+// the trace's segment events ("the pool's own"), never draws less
+// managed memory than active memory.
+func TestVizOfAWrappedHistoryKeepsManagedAboveActive(t *testing.T) {
+	p := pooltest.New(t, nil)
+	warm, err := p.Allocate(4000) // the small blocks' segment, before the History
+	require.NoError(t, err)
+	require.NoError(t, warm.Close())
+
+	before := p.Stats().ManagedBytes // the small segment: the History cannot know it
+	h := memhooks.NewHistory(40)
+	p.AddHook(h)
+	big, err := p.Allocate(4 << 20) // a segment of its own, whose "A" leaves the ring
+	require.NoError(t, err)
+	for range 30 {
+		b, err := p.Allocate(4000)
+		require.NoError(t, err)
+		require.NoError(t, b.Close())
+	}
+	big2, err := p.Allocate(8 << 20) // another segment, whose "A" stays
+	require.NoError(t, err)
+	for range 10 {
+		b, err := p.Allocate(4000)
+		require.NoError(t, err)
+		require.NoError(t, b.Close())
+	}
+	managed := p.Stats().ManagedBytes
+
+	var out bytes.Buffer
+	require.NoError(t, h.WriteTrace(&out))
+	events, err := trace.ReadComplete(bytes.NewReader(out.Bytes()))
+	require.NoError(t, err)
+	require.True(t, trace.Summarize(events).Allocs > 0)
+	path := filepath.Join(t.TempDir(), "history.tsv")
+	require.NoError(t, os.WriteFile(path, out.Bytes(), 0o644))
+
+	pg, err := loadPage(path, "bins", newProgress(&bytes.Buffer{}))
+	require.NoError(t, err)
+	require.Equal(t, "trace", pg.ManagedFrom)
+	// No segment was freed while the History ran: the segments it saw
+	// allocated (both big blocks') are all live at the trace's end.
+	assert.Equal(t, managed-before, pg.PeakManaged.Bytes, "the page's peak managed, \"the pool's own, from the trace's segment events\"")
+	var active int64
+	for i, ev := range events {
+		switch ev.Op {
+		case trace.Alloc:
+			active += ev.Size
+		case trace.Free:
+			active -= pg.Allocs.Size[slices.Index(pg.Allocs.ID, ev.ID)]
+		}
+		if !assert.GreaterOrEqual(t, managedAt(pg, i+1), active, "moment %d: the page's managed bytes are below its active bytes", i+1) {
+			break
+		}
+	}
+
+	for _, b := range []*mempool.PooledBuffer{big, big2} {
+		require.NoError(t, b.Close())
+	}
+}
+
+// A History without sites beside a LineProfile (which names the
+// snapshot's active blocks' sites): the history's blocks have no site,
+// the snapshot's have one, so no block matches by size, queue and site;
+// viz matches them by size and queue then, before the size alone: the
+// block from before the history on queue 1 is not taken for the
+// history's block of its size on queue 2.
+func TestVizSnapshotMatchesBySizeAndQueueWithoutHistorySites(t *testing.T) {
+	q := cltest.Queue(t)
+	q2 := cltest.SecondQueue(t, q, 0)
+	pool := pooltest.New(t, q)
+	pool.AddHook(memhooks.NewLineProfile())
+	old, err := pool.Allocate(1000) // before the history, on the pool's queue 1
+	require.NoError(t, err)
+	h := memhooks.NewHistory(100) // no sites
+	pool.AddHook(h)
+	b1, err := pool.On(q2).Allocate(1000) // old's size, on the pool's queue 2
+	require.NoError(t, err)
+	raw, err := json.Marshal(pool.Snapshot())
+	require.NoError(t, err)
+	for _, b := range []*mempool.PooledBuffer{old, b1} {
+		require.NoError(t, b.Close())
+	}
+
+	pg, err := loadPage(writeTemp(t, "snap.json", string(raw)), "bins", newProgress(&bytes.Buffer{}))
+	require.NoError(t, err)
+	a := pg.Allocs
+	require.Len(t, a.ID, 2)
+	assert.Equal(t, []int64{int64(old.ID()), 1}, a.ID, "old is the band from before the history")
+	assert.ElementsMatch(t, []int{1, 2}, a.Queue, "one block on each queue")
+}
+
+// A snapshot's active blocks are matched to its history's live blocks by
+// size, queue and site first, then by size and queue, and by size alone
+// last: the blocks left are those from before the history.
+func TestBlocksBeforeMatchesSiteThenQueueThenSize(t *testing.T) {
+	active := []mempool.BlockSnapshot{
+		{ID: 1, Requested: 1000, Queue: 1, Site: "a.go:1:f"}, // from before
+		{ID: 2, Requested: 1000, Queue: 2, Site: "b.go:2:g"}, // size and queue
+		{ID: 3, Requested: 500, Queue: 1, Site: "x.go:3:h"},  // size, queue and site
+		{ID: 4, Requested: 500, Queue: 1, Site: "y.go:4:i"},  // from before: site taken
+		{ID: 5, Requested: 700, Queue: 1},                    // size alone
+	}
+	live := map[int64]blockKey{
+		7: {size: 500, queue: 1, site: "x.go:3:h"},
+		8: {size: 1000, queue: 2},
+		9: {size: 700, queue: 3},
+	}
+	var ids []uint64
+	for _, bl := range blocksBefore(live, active) {
+		ids = append(ids, bl.ID)
+	}
+	assert.Equal(t, []uint64{1, 4}, ids)
+}

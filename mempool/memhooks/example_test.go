@@ -132,16 +132,22 @@ func ExampleNewHistory() {
 	for _, ev := range h.Events() {
 		fmt.Printf("%c %d %d queue %d\n", ev.Op, ev.ID, ev.Size, ev.Queue)
 	}
-	// WriteTrace leaves out the free of block 1 too, so that its trace
-	// replays.
+	// WriteTrace leaves out the free of block 1, so that its trace
+	// replays, and writes first the allocations of segments 1 and 2,
+	// live but out of the ring, so that it has the pool's managed bytes.
 	var out bytes.Buffer
 	h.WriteTrace(&out)
 	events, err := trace.Read(&out)
 	fmt.Println(len(events), "events in the trace", err)
+	for _, ev := range events[:2] {
+		fmt.Printf("%c %d %d\n", ev.Op, ev.ID, ev.Size)
+	}
 	// Output:
 	// a 2 100 queue 1
 	// f 1 0 queue 1
 	// A 3 207 queue 1
 	// a 3 200 queue 1
-	// 3 events in the trace <nil>
+	// 5 events in the trace <nil>
+	// A 1 4095
+	// A 2 103
 }

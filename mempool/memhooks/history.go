@@ -1,6 +1,7 @@
 package memhooks
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -28,10 +29,12 @@ import (
 // WithStacks) each event has its site too, where in the program it was
 // asked for, as TraceRecorder's; without, no event pays for one.
 //
-// Each event costs O(1) and, once the ring is full, allocates nothing
-// without sites; the History's memory is the ring of n entries, grown as
-// it fills, and the ids of the blocks and segments live now (with their
-// sites, with WithSites). It is safe for concurrent use.
+// Each event costs O(1) and, once the ring is full, a block's event
+// allocates nothing without sites; the History's memory is the ring of n
+// entries, grown as it fills, the ids of the blocks and segments live now
+// (with their sites, with WithSites), and the allocation events of the
+// segments live at the ring's start that have left it. It is safe for
+// concurrent use.
 //
 // A pool's Snapshot includes its events (History), with their queues
 // numbered as the snapshot's blocks are, and, with sites, names the site
@@ -46,6 +49,12 @@ type History struct {
 	next  int               // where the next entry goes, once the ring is full
 	num   numbering         // the blocks', segments' and queues' numbers
 	sites map[uint64]string // live block ID -> its allocation's site; nil without sites
+
+	// lostSegs holds the SegmentAlloc events the ring has overwritten of
+	// the segments live at its oldest entry: those not freed yet, and
+	// those whose SegmentFree is still in the ring. WriteTrace writes
+	// them at the trace's start.
+	lostSegs map[int64]trace.Event
 }
 
 // HistoryEntry is one event of a History: the trace event, and the size
@@ -68,7 +77,7 @@ func NewHistory(n int, opts ...TraceOption) *History {
 	for _, o := range opts {
 		o(&c)
 	}
-	h := &History{start: time.Now(), size: n, depth: c.depth, num: newNumbering()}
+	h := &History{start: time.Now(), size: n, depth: c.depth, num: newNumbering(), lostSegs: map[int64]trace.Event{}}
 	if c.depth > 0 {
 		h.sites = map[uint64]string{}
 	}
@@ -117,6 +126,12 @@ func (h *History) add(ev trace.Event, allocSize int64) {
 		h.ring = append(h.ring, entry)
 		return
 	}
+	switch old := h.ring[h.next].Event; old.Op {
+	case trace.SegmentAlloc: // its segment is live at the ring's new start
+		h.lostSegs[old.ID] = old
+	case trace.SegmentFree: // its segment is no longer live at the ring's start
+		delete(h.lostSegs, old.ID)
+	}
 	h.ring[h.next] = entry
 	h.next = (h.next + 1) % h.size
 }
@@ -125,6 +140,11 @@ func (h *History) add(ev trace.Event, allocSize int64) {
 func (h *History) Entries() []HistoryEntry {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.entriesLocked()
+}
+
+// entriesLocked is Entries, with h.mu held.
+func (h *History) entriesLocked() []HistoryEntry {
 	// Until the ring is full, h.next is 0 and the entries are in order.
 	out := make([]HistoryEntry, 0, len(h.ring))
 	out = append(out, h.ring[h.next:]...)
@@ -132,8 +152,9 @@ func (h *History) Entries() []HistoryEntry {
 }
 
 // Events returns the last n events, oldest first. Their first events may
-// be frees of blocks and segments whose allocations have left the ring;
-// WriteTrace leaves those out.
+// be frees of blocks and segments whose allocations have left the ring:
+// WriteTrace leaves out those of blocks, and writes those segments'
+// allocations first.
 func (h *History) Events() []trace.Event {
 	entries := h.Entries()
 	events := make([]trace.Event, len(entries))
@@ -170,15 +191,32 @@ func (h *History) Site(id uint64) (string, bool) {
 }
 
 // WriteTrace writes the events kept in the timed trace format of package
-// trace, less the frees of blocks and segments whose allocations have
-// left the ring, so that what it writes reads back with trace.Read (and
-// ReadComplete) and replays. The trace is sited, with the queue and site
-// columns, if the History records sites or any event has a queue. Blocks
-// and segments still live at the end are left live, as in any trace. Ids
-// and times are as recorded: the ids need not start at 1, nor the times
-// at 0.
+// trace, less the frees of blocks whose allocations have left the ring,
+// so that what it writes reads back with trace.Read (and ReadComplete)
+// and replays. A segment the History saw allocated that is live at the
+// ring's oldest entry, but whose allocation has left the ring, has its
+// SegmentAlloc event written first, at the time of that oldest entry, in
+// the order of the segments' ids: the trace's segment events give the
+// pool's managed bytes at every moment, of the segments allocated since
+// the History was registered. (Segments the pool had before are not in
+// the trace, nor their frees.) The trace is sited, with the queue and
+// site columns, if the History records sites or any event has a queue.
+// Blocks and segments still live at the end are left live, as in any
+// trace. Ids and times are as recorded: the ids need not start at 1, nor
+// the times at 0.
 func (h *History) WriteTrace(w io.Writer) error {
-	events := h.Events()
+	h.mu.Lock()
+	entries := h.entriesLocked()
+	events := make([]trace.Event, 0, len(h.lostSegs)+len(entries))
+	for _, ev := range h.lostSegs {
+		ev.Time = entries[0].Time // lostSegs is empty until the ring is full
+		events = append(events, ev)
+	}
+	h.mu.Unlock()
+	slices.SortFunc(events, func(a, b trace.Event) int { return cmp.Compare(a.ID, b.ID) })
+	for _, entry := range entries {
+		events = append(events, entry.Event)
+	}
 	tw := trace.NewTimedWriter(w)
 	if h.depth > 0 || trace.Sited(events) {
 		tw = trace.NewSitedWriter(w)

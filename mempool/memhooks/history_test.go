@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/clpool/clpool/cl"
@@ -233,9 +234,10 @@ func TestHistoryOnAPoolWritesATraceThatReplays(t *testing.T) {
 
 // A History keeps the pool's segments as a TraceRecorder writes them:
 // numbered apart from the blocks, a segment freed with its size, none
-// from before the History. WriteTrace leaves out the free of a segment
-// whose allocation left the ring, though a block of the same number is
-// still in it.
+// from before the History. WriteTrace leaves out the free of a block
+// whose allocation left the ring, not that of a segment of the same
+// number: the segment's allocation is written first, at the time of the
+// ring's oldest entry.
 func TestHistoryRecordsSegmentsNumberedApart(t *testing.T) {
 	segA, segB := &cl.Buffer{}, &cl.Buffer{}
 	h := memhooks.NewHistory(8)
@@ -260,9 +262,68 @@ func TestHistoryRecordsSegmentsNumberedApart(t *testing.T) {
 	h.Handle(malloc(10, 100, 512))  // block 1
 	h.Handle(segFree(segA, 2<<20))
 	h.Handle(free(10, 100, 512))
+	events := writtenTrace(t, h)
+	assert.Equal(t, []trace.Event{
+		{Op: trace.SegmentAlloc, ID: 1, Size: 2 << 20},
+		{Op: trace.Alloc, ID: 1, Size: 100},
+		{Op: trace.SegmentFree, ID: 1},
+		{Op: trace.Free, ID: 1},
+	}, withoutTimes(t, events))
+	assert.Equal(t, h.Entries()[0].Time, events[0].Time, "the segment's allocation at the ring's oldest entry's time")
+}
+
+// writtenTrace returns h's WriteTrace, read back whole (the frees without
+// sizes).
+func writtenTrace(t *testing.T, h *memhooks.History) []trace.Event {
+	t.Helper()
 	var out bytes.Buffer
 	require.NoError(t, h.WriteTrace(&out))
-	assert.Regexp(t, `^op\tid\tsize\tt\na\t1\t100\t\d+\nf\t1\t0\t\d+\n$`, out.String())
+	events, err := trace.ReadComplete(&out)
+	require.NoError(t, err, out.String())
+	return events
+}
+
+// A History that wrapped writes first, in WriteTrace, the allocation of
+// each segment live at its oldest entry whose allocation left the ring:
+// those still live, and those whose free is in the ring, in the order of
+// their ids, at the oldest entry's time; not that of a segment whose free
+// left the ring too. Its Events are what the ring holds, as ever.
+func TestHistoryWriteTraceWritesTheLiveSegmentsWhoseAllocationLeftTheRing(t *testing.T) {
+	segA, segB, segC, segD := &cl.Buffer{}, &cl.Buffer{}, &cl.Buffer{}, &cl.Buffer{}
+	h := memhooks.NewHistory(4)
+	h.Handle(segAlloc(segC, 1<<20)) // segment 1: freed, its free out of the ring
+	h.Handle(segAlloc(segB, 2<<20)) // segment 2: freed in the ring
+	h.Handle(segAlloc(segA, 4<<20)) // segment 3: live
+	h.Handle(segFree(segC, 1<<20))
+	h.Handle(malloc(10, 100, 512))
+	h.Handle(segAlloc(segD, 8<<20)) // segment 4: its allocation in the ring
+	h.Handle(segFree(segB, 2<<20))
+	h.Handle(free(10, 100, 512))
+	require.Len(t, h.Events(), 4)
+	assert.Equal(t, trace.Alloc, h.Events()[0].Op)
+
+	events := writtenTrace(t, h)
+	assert.Equal(t, []trace.Event{
+		{Op: trace.SegmentAlloc, ID: 2, Size: 2 << 20},
+		{Op: trace.SegmentAlloc, ID: 3, Size: 4 << 20},
+		{Op: trace.Alloc, ID: 1, Size: 100},
+		{Op: trace.SegmentAlloc, ID: 4, Size: 8 << 20},
+		{Op: trace.SegmentFree, ID: 2},
+		{Op: trace.Free, ID: 1},
+	}, withoutTimes(t, events))
+	first := h.Entries()[0].Time
+	assert.Equal(t, first, events[0].Time, "at the ring's oldest entry's time")
+	assert.Equal(t, first, events[1].Time)
+	require.NoError(t, trace.Check(events))
+
+	for range 4 { // the ring forgets segment 2's free, and segment 4's allocation
+		h.Handle(malloc(11, 100, 512))
+		h.Handle(free(11, 100, 512))
+	}
+	assert.Equal(t, []trace.Event{
+		{Op: trace.SegmentAlloc, ID: 3, Size: 4 << 20},
+		{Op: trace.SegmentAlloc, ID: 4, Size: 8 << 20},
+	}, withoutTimes(t, writtenTrace(t, h))[:2])
 }
 
 // historyFrees returns events as a trace reads them back: the frees of
@@ -386,4 +447,150 @@ func TestHistoryWithoutSitesLooksUpNone(t *testing.T) {
 	p.AddHook(sited)
 	churn(t, p.Allocate, 200)
 	assert.Equal(t, int64(len(sited.Events())), lookups.Load(), "one lookup an event")
+}
+
+// liveBlocks returns the ids of the blocks events leave allocated and
+// not freed.
+func liveBlocks(events []trace.Event) map[int64]bool {
+	live := map[int64]bool{}
+	for _, ev := range events {
+		switch ev.Op {
+		case trace.Alloc:
+			live[ev.ID] = true
+		case trace.Free:
+			delete(live, ev.ID)
+		}
+	}
+	return live
+}
+
+// failedByAHook registers a hook that panics on the first successful
+// malloc_after on p, after the hooks already registered, and makes one
+// Allocate, which fails.
+func failedByAHook(t *testing.T, p *mempool.Pool) {
+	t.Helper()
+	var panicked atomic.Bool
+	remove := p.AddHook(mempool.HookFunc(func(e mempool.Event) {
+		if e.Kind == mempool.MallocAfter && e.Err == nil && panicked.CompareAndSwap(false, true) {
+			panic("a later hook fails")
+		}
+	}))
+	defer remove()
+	_, err := p.Allocate(1000)
+	require.ErrorIs(t, err, mempool.ErrPanicked)
+	assert.Zero(t, p.ActiveBlocks(), "the pool took the block back")
+}
+
+// A hook registered after the History panics on malloc_after: the
+// Allocate fails and the pool takes its block back, telling the History
+// of its free, so that no block the pool never handed out stays live in
+// the History.
+func TestHistoryOfAnAllocateFailedByAHookLeavesNoBlockLive(t *testing.T) {
+	p := pooltest.New(t, nil)
+	h := memhooks.NewHistory(100)
+	p.AddHook(h)
+	failedByAHook(t, p)
+	assert.Empty(t, liveBlocks(h.Events()), "the History's blocks live at the end, of a pool with none active: %v", h.Events())
+}
+
+// vizHistory is what `clpool viz` keeps of a snapshot's history:
+// the frees of blocks and segments allocated before it are left out.
+func vizHistory(history []trace.Event) []trace.Event {
+	var out []trace.Event
+	known, knownSeg := map[int64]bool{}, map[int64]bool{}
+	for _, ev := range history {
+		switch ev.Op {
+		case trace.Alloc:
+			known[ev.ID] = true
+		case trace.Free:
+			if !known[ev.ID] {
+				continue
+			}
+			delete(known, ev.ID)
+		case trace.SegmentAlloc:
+			knownSeg[ev.ID] = true
+		case trace.SegmentFree:
+			if !knownSeg[ev.ID] {
+				continue
+			}
+			delete(knownSeg, ev.ID)
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+// Many goroutines on several queues allocate and free through a pool
+// with a small sited History that wraps many times, while others take
+// Snapshots and write the History's trace: everything reads back, and
+// the snapshot's queues are the pool's.
+func TestHistoryOnABusyPoolWritesTracesAndSnapshotsThatReadBack(t *testing.T) {
+	q := cltest.Queue(t)
+	queues := []*cl.CommandQueue{q}
+	for range 3 {
+		queues = append(queues, cltest.SecondQueue(t, q, 0))
+	}
+	p := pooltest.New(t, q, mempool.WithArena())
+	h := memhooks.NewHistory(64, memhooks.WithSites())
+	p.AddHook(h)
+
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for g := range 8 {
+		qa := p.On(queues[g%len(queues)])
+		wg.Go(func() {
+			var keep []*mempool.PooledBuffer
+			for i := 0; i < 400; i++ {
+				b, err := qa.Allocate(int64(64 + (g*977+i*131)%(256<<10)))
+				if !assert.NoError(t, err) {
+					break
+				}
+				keep = append(keep, b)
+				if len(keep) > 4 {
+					assert.NoError(t, keep[0].Close())
+					keep = keep[1:]
+				}
+				if i%97 == 0 {
+					_ = qa.FreeHeld() // segments freed among the blocks
+				}
+			}
+			for _, b := range keep {
+				assert.NoError(t, b.Close())
+			}
+		})
+	}
+	var readers sync.WaitGroup
+	readers.Go(func() {
+		for !stop.Load() {
+			var out bytes.Buffer
+			if !assert.NoError(t, h.WriteTrace(&out)) {
+				return
+			}
+			text := out.String()
+			_, err := trace.ReadComplete(bytes.NewReader(out.Bytes()))
+			if !assert.NoError(t, err, "WriteTrace's output reads back whole:\n%s", text) {
+				return
+			}
+		}
+	})
+	readers.Go(func() {
+		for !stop.Load() {
+			s := p.Snapshot()
+			nq := len(p.Stats().Queues)
+			for i, ev := range s.History {
+				if ev.Op.Segment() {
+					continue
+				}
+				if !assert.True(t, ev.Queue >= 1 && ev.Queue <= nq, "event %d: queue %d of the pool's %d", i, ev.Queue, nq) {
+					return
+				}
+			}
+			if !assert.NoError(t, trace.Check(vizHistory(s.History))) {
+				return
+			}
+		}
+	})
+	wg.Wait()
+	stop.Store(true)
+	readers.Wait()
 }

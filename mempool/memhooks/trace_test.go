@@ -222,3 +222,18 @@ func TestTraceRecorderRecordsThePoolsSegments(t *testing.T) {
 		}
 	}
 }
+
+// A hook registered after the TraceRecorder panics on malloc_after: the
+// trace has the failed Allocate's block freed, as the pool took it back.
+func TestTraceRecorderOfAnAllocateFailedByAHookLeavesNoBlockLive(t *testing.T) {
+	p := pooltest.New(t, nil)
+	var out bytes.Buffer
+	rec := memhooks.NewTraceRecorder(&out)
+	p.AddHook(rec)
+	failedByAHook(t, p)
+	require.NoError(t, rec.Close())
+	events, err := trace.ReadComplete(&out)
+	require.NoError(t, err)
+	assert.Equal(t, 1, trace.Summarize(events).Allocs)
+	assert.Empty(t, liveBlocks(events), "the trace's blocks live at the end, of a pool with none active:\n%s", out.String())
+}
