@@ -11,7 +11,7 @@ import (
 // over Immediate, with exact bins and with the arena: what `clpool replay`
 // times, in a form `-cpuprofile` can look into (ns/event).
 func BenchmarkReplay(b *testing.B) {
-	for _, name := range []string{"mlp", "particles", "synth-random-mixed"} {
+	for _, name := range []string{"cg", "mlp", "particles", "synth-random-mixed"} {
 		events, err := trace.ReadFile("../testdata/" + name + ".tsv")
 		if err != nil {
 			b.Fatal(err)
