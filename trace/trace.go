@@ -278,6 +278,36 @@ func ReadFile(path string) ([]Event, error) {
 	return Read(f)
 }
 
+// Window returns the events of a window cut from a longer run (the ring
+// of memhooks.History): events less the frees of blocks and of segments
+// allocated before the window began, whose sizes it does not know, and
+// how many block frees it dropped. What it returns is what a trace
+// recorded from the window's start would hold; Check checks it.
+func Window(events []Event) (kept []Event, dropped int) {
+	blocks, segs := map[int64]bool{}, map[int64]bool{}
+	for _, ev := range events {
+		switch ev.Op {
+		case Alloc:
+			blocks[ev.ID] = true
+		case SegmentAlloc:
+			segs[ev.ID] = true
+		case Free:
+			if !blocks[ev.ID] {
+				dropped++
+				continue
+			}
+			delete(blocks, ev.ID)
+		case SegmentFree:
+			if !segs[ev.ID] {
+				continue
+			}
+			delete(segs, ev.ID)
+		}
+		kept = append(kept, ev)
+	}
+	return kept, dropped
+}
+
 // Check checks events from elsewhere than a trace's text (a pool
 // snapshot's JSON history, say) as Read checks a trace's lines: that
 // each has a known op and no negative size, time or queue; that times

@@ -303,3 +303,21 @@ func TestSummarizeSaturates(t *testing.T) {
 	}
 	assert.Equal(t, int64(huge+5), trace.Summarize(events).PeakLiveBytes)
 }
+
+// Window drops the frees of blocks and segments allocated before the
+// window, counts the blocks', and keeps the rest in order.
+func TestWindowDropsFreesOfWhatCameBefore(t *testing.T) {
+	events := []trace.Event{
+		{Op: trace.Free, ID: 1},                    // allocated before: dropped, counted
+		{Op: trace.SegmentFree, ID: 7},             // a segment from before: dropped
+		{Op: trace.SegmentAlloc, ID: 8, Size: 512}, // kept
+		{Op: trace.Alloc, ID: 2, Size: 64},
+		{Op: trace.Free, ID: 2},
+		{Op: trace.Free, ID: 3}, // before, too
+		{Op: trace.SegmentFree, ID: 8},
+	}
+	kept, dropped := trace.Window(events)
+	assert.Equal(t, []trace.Event{events[2], events[3], events[4], events[6]}, kept)
+	assert.Equal(t, 2, dropped)
+	assert.NoError(t, trace.Check(kept))
+}

@@ -638,32 +638,14 @@ func snapshotPage(s snapshotFile) (page, error) {
 	// began (their sizes are unknown), and of segments: what a trace
 	// recorded from its start would have, checked as a trace is. Its
 	// segment events are moments too.
-	var events []trace.Event
-	known, knownSeg := map[int64]bool{}, map[int64]bool{}
-	left := 0
 	for j, ev := range s.History {
-		switch ev.Op {
-		case trace.Alloc:
+		if ev.Op == trace.Alloc {
 			if err := checkPageID("block", ev.ID); err != nil {
 				return page{}, fmt.Errorf("the history's event %d: %w", j+1, err)
 			}
-			known[ev.ID] = true
-		case trace.Free:
-			if !known[ev.ID] {
-				left++
-				continue
-			}
-			delete(known, ev.ID)
-		case trace.SegmentAlloc:
-			knownSeg[ev.ID] = true
-		case trace.SegmentFree:
-			if !knownSeg[ev.ID] {
-				continue
-			}
-			delete(knownSeg, ev.ID)
 		}
-		events = append(events, ev)
 	}
+	events, left := trace.Window(s.History)
 	if err := trace.Check(events); err != nil {
 		return page{}, fmt.Errorf("the history, less its frees of blocks and segments from before it: %w", err)
 	}
