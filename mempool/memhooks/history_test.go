@@ -493,33 +493,6 @@ func TestHistoryOfAnAllocateFailedByAHookLeavesNoBlockLive(t *testing.T) {
 	assert.Empty(t, liveBlocks(h.Events()), "the History's blocks live at the end, of a pool with none active: %v", h.Events())
 }
 
-// vizHistory is what `clpool viz` keeps of a snapshot's history:
-// the frees of blocks and segments allocated before it are left out.
-func vizHistory(history []trace.Event) []trace.Event {
-	var out []trace.Event
-	known, knownSeg := map[int64]bool{}, map[int64]bool{}
-	for _, ev := range history {
-		switch ev.Op {
-		case trace.Alloc:
-			known[ev.ID] = true
-		case trace.Free:
-			if !known[ev.ID] {
-				continue
-			}
-			delete(known, ev.ID)
-		case trace.SegmentAlloc:
-			knownSeg[ev.ID] = true
-		case trace.SegmentFree:
-			if !knownSeg[ev.ID] {
-				continue
-			}
-			delete(knownSeg, ev.ID)
-		}
-		out = append(out, ev)
-	}
-	return out
-}
-
 // Many goroutines on several queues allocate and free through a pool
 // with a small sited History that wraps many times, while others take
 // Snapshots and write the History's trace: everything reads back, and
@@ -585,7 +558,7 @@ func TestHistoryOnABusyPoolWritesTracesAndSnapshotsThatReadBack(t *testing.T) {
 					return
 				}
 			}
-			if !assert.NoError(t, trace.Check(vizHistory(s.History))) {
+			if !assert.NoError(t, trace.Check(windowOf(s.History))) {
 				return
 			}
 		}
@@ -593,4 +566,10 @@ func TestHistoryOnABusyPoolWritesTracesAndSnapshotsThatReadBack(t *testing.T) {
 	wg.Wait()
 	stop.Store(true)
 	readers.Wait()
+}
+
+// windowOf is what `clpool viz` keeps of a snapshot's history.
+func windowOf(history []trace.Event) []trace.Event {
+	kept, _ := trace.Window(history)
+	return kept
 }
