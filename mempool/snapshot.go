@@ -119,20 +119,29 @@ func (p *Pool) Snapshot() Snapshot {
 		}
 		s.Segments = append(s.Segments, ss)
 	}
+	// The history as of the segments' walk, under the same locks: a
+	// block handed out after it is in neither (a hook's history takes its
+	// own lock, never the pool's).
+	hooks := p.hooks.Load()
+	if hooks != nil {
+		for _, entry := range *hooks {
+			if h, ok := entry.h.(historyKeeper); ok {
+				s.History = h.History()
+				if hq, ok := entry.h.(historyQueues); ok {
+					renumberQueues(s.History, hq.Queues(), st.Queues)
+				}
+				break
+			}
+		}
+	}
 	p.unlockCaches(qs)
 
 	slices.SortFunc(s.Segments, func(a, b SegmentSnapshot) int { return cmp.Compare(a.ID, b.ID) })
 	if p.device != nil {
 		s.Device = p.device.Name
 	}
-	if hooks := p.hooks.Load(); hooks != nil {
+	if hooks != nil {
 		for _, entry := range *hooks {
-			if h, ok := entry.h.(historyKeeper); ok && s.History == nil {
-				s.History = h.History()
-				if hq, ok := entry.h.(historyQueues); ok {
-					renumberQueues(s.History, hq.Queues(), st.Queues)
-				}
-			}
 			if n, ok := entry.h.(SiteNamer); ok {
 				nameSites(s.Segments, n)
 			}

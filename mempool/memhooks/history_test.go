@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
@@ -572,4 +573,59 @@ func TestHistoryOnABusyPoolWritesTracesAndSnapshotsThatReadBack(t *testing.T) {
 func windowOf(history []trace.Event) []trace.Event {
 	kept, _ := trace.Window(history)
 	return kept
+}
+
+// A snapshot is one moment: the blocks its history leaves live (those it
+// saw allocated and not freed) are active blocks of the snapshot. When
+// the history is read after the segments were walked, a block allocated
+// in between was live in the history but absent from the map, and viz
+// took it for one of the blocks "from before the history": Snapshot
+// reads the history under the locks it walks the segments with.
+func TestSnapshotHistoryIsOfTheSnapshotsMoment(t *testing.T) {
+	q := cltest.Queue(t)
+	p := pooltest.New(t, q)
+	h := memhooks.NewHistory(256)
+	p.AddHook(h)
+
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := 0; !stop.Load(); i++ {
+				b, err := p.Allocate(int64(1000 + g))
+				if !assert.NoError(t, err) {
+					return
+				}
+				time.Sleep(50 * time.Microsecond) // held a while, as a program holds its blocks
+				assert.NoError(t, b.Close())
+			}
+		})
+	}
+	bad := 0
+	for range 3000 {
+		s := p.Snapshot()
+		live := map[int64]int64{}
+		for _, ev := range s.History {
+			switch ev.Op {
+			case trace.Alloc:
+				live[ev.ID] = ev.Size
+			case trace.Free:
+				delete(live, ev.ID)
+			}
+		}
+		var active int
+		for _, seg := range s.Segments {
+			for _, bl := range seg.Blocks {
+				if bl.State == mempool.StateActive {
+					active++
+				}
+			}
+		}
+		if len(live) > active {
+			bad++
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	assert.Zero(t, bad, "snapshots whose history has more live blocks than the snapshot has active blocks")
 }
