@@ -90,10 +90,7 @@ func (h *History) Handle(e mempool.Event) {
 	if !traced(e) {
 		return
 	}
-	site := ""
-	if h.depth > 0 {
-		site = lookupSite(h.depth) // outside the lock: it is the slow part
-	}
+	site := siteOf(h.depth) // outside the lock: it is the slow part
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ev, ok := h.num.event(e, site)

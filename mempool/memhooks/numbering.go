@@ -111,6 +111,15 @@ func segmentKey(e mempool.Event) any {
 // lookupSite is callerSite; tests count the lookups through it.
 var lookupSite = callerSite
 
+// siteOf returns the site of a hook's event, depth frames of it (see
+// WithSites, WithStacks); "" with no lookup for a depth of 0.
+func siteOf(depth int) string {
+	if depth <= 0 {
+		return ""
+	}
+	return lookupSite(depth)
+}
+
 // callerSite returns the site of a hook's event, called from the hook's
 // Handle: up to depth frames of the stack outside clpool, innermost
 // first, joined by " < "; "" if there is none (the collector's reclaim).

@@ -120,10 +120,7 @@ func (r *TraceRecorder) Handle(e mempool.Event) {
 	if !traced(e) {
 		return
 	}
-	site := ""
-	if r.depth > 0 {
-		site = lookupSite(r.depth) // outside the lock: it is the slow part
-	}
+	site := siteOf(r.depth) // outside the lock: it is the slow part
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {

@@ -52,23 +52,11 @@ func TestArenaConsolidationSurvivesTheCacheDrain(t *testing.T) {
 func TestArenaGetDeclinesOnlyForTheConsolidatedSegment(t *testing.T) {
 	const mib = 1 << 20
 	p := policy.NewArenas[int](512, 4, 0, 256*mib)
-	var held int64
-	get := func(n int64) *policy.Block[int] {
-		if b := p.Get(n); b != nil {
-			return b
-		}
-		s := p.NewSegment(n) // the pool's order: sized, then BeforeGrow
-		for _, g := range p.BeforeGrow(n) {
-			held -= g.Size
-		}
-		held += s.Size
-		return p.Add(s, n)
-	}
+	g := &grower{p: p}
+	get := g.get
 	// An earlier, larger phase, then FreeHeld.
 	require.Nil(t, p.Put(get(40*mib)))
-	for s := p.TakeLargest(); s != nil; s = p.TakeLargest() {
-		held -= s.Size
-	}
+	g.freeHeld()
 	require.Nil(t, p.Put(get(16*mib))) // a wholly free 16 MiB segment
 	// A busy period that grows the pool by a little (7.5 MiB of 16).
 	x, y := get(7*mib), get(5*mib/2)
@@ -79,10 +67,10 @@ func TestArenaGetDeclinesOnlyForTheConsolidatedSegment(t *testing.T) {
 	require.True(t, p.Consolidating())
 	require.Equal(t, int64(16*mib), p.LargestFree())
 
-	before := held
+	before := g.held
 	b := get(12 * mib)
 	require.NoError(t, p.Check())
-	assert.LessOrEqual(t, held, before, "a 12 MiB request grew the pool (%d -> %d bytes) while a wholly free 16 MiB segment fits it (its segment: %d bytes)", before, held, b.Seg.Size)
+	assert.LessOrEqual(t, g.held, before, "a 12 MiB request grew the pool (%d -> %d bytes) while a wholly free 16 MiB segment fits it (its segment: %d bytes)", before, g.held, b.Seg.Size)
 }
 
 // The busy-period bookkeeping does not follow the pool when segments
@@ -96,22 +84,10 @@ func TestArenaGetDeclinesOnlyForTheConsolidatedSegment(t *testing.T) {
 func TestArenaConsolidationAfterFreeHeld(t *testing.T) {
 	const mib = 1 << 20
 	p := policy.NewArenas[int](512, 4, 0, 256*mib)
-	var held int64
-	get := func(n int64) *policy.Block[int] {
-		if b := p.Get(n); b != nil {
-			return b
-		}
-		s := p.NewSegment(n)
-		for _, g := range p.BeforeGrow(n) {
-			held -= g.Size
-		}
-		held += s.Size
-		return p.Add(s, n)
-	}
+	g := &grower{p: p}
+	get := g.get
 	require.Nil(t, p.Put(get(64*mib)))
-	for s := p.TakeLargest(); s != nil; s = p.TakeLargest() {
-		held -= s.Size
-	}
+	g.freeHeld()
 	const n = 4 * mib
 	for i := range 6 {
 		bs := []*policy.Block[int]{get(n), get(n), get(n), get(n)}
@@ -119,7 +95,33 @@ func TestArenaConsolidationAfterFreeHeld(t *testing.T) {
 			require.Nil(t, p.Put(b))
 		}
 		require.NoError(t, p.Check())
-		t.Logf("round %d: %d MiB held in %d segments", i, held/mib, p.Counts().Segments)
+		t.Logf("round %d: %d MiB held in %d segments", i, g.held/mib, p.Counts().Segments)
 	}
-	assert.LessOrEqual(t, held, int64(16*mib+16*mib/8), "steady 16 MiB rounds after FreeHeld")
+	assert.LessOrEqual(t, g.held, int64(16*mib+16*mib/8), "steady 16 MiB rounds after FreeHeld")
+}
+
+// grower gets blocks from p as the pool does (a miss's segment sized,
+// then BeforeGrow), and counts the bytes p holds.
+type grower struct {
+	p    *policy.Arenas[int]
+	held int64
+}
+
+func (g *grower) get(n int64) *policy.Block[int] {
+	if b := g.p.Get(n); b != nil {
+		return b
+	}
+	s := g.p.NewSegment(n)
+	for _, gone := range g.p.BeforeGrow(n) {
+		g.held -= gone.Size
+	}
+	g.held += s.Size
+	return g.p.Add(s, n)
+}
+
+// freeHeld frees every wholly free segment, as FreeHeld does.
+func (g *grower) freeHeld() {
+	for s := g.p.TakeLargest(); s != nil; s = g.p.TakeLargest() {
+		g.held -= s.Size
+	}
 }
