@@ -202,7 +202,8 @@ func (p *Arenas[T]) idle() bool {
 // consolidating reports whether the next request is to replace the pool's
 // wholly free segments with one: the pool is idle, all but 1/IdleDivisor
 // of it in wholly free segments, and the busy period before grew it by a
-// little (see IdleDivisor). Get then returns nil even if a block fits.
+// little (see IdleDivisor). Get then declines a request the replacing
+// segment serves (see consolidation), even if a free block fits it.
 func (p *Arenas[T]) consolidating() bool {
 	if !p.lastGrew || p.busy || !p.idle() || len(p.a.segs) == 0 {
 		return false
