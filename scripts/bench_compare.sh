@@ -9,8 +9,8 @@
 # working tree is the new one. Benchmark files the old commit lacks are
 # copied into its worktree (mempool/bench_plain_test.go, bench_replay_test.go).
 set -euo pipefail
-old=$1 rounds=$2 re=$3 pkg=${4:-./mempool/}
 root=$(git rev-parse --show-toplevel)
+old=$(git -C "$root" rev-parse --short "$1") rounds=$2 re=$3 pkg=${4:-./mempool/} # HEAD: today's, not the worktree's first
 wt=${TMPDIR:-/tmp}/clpool-bench-$old
 [ -d "$wt" ] || git -C "$root" worktree add -q --detach "$wt" "$old"
 for f in bench_plain_test.go bench_replay_test.go; do
