@@ -120,7 +120,7 @@ func (a *Arena[T]) Get(n int64) *Block[T] { return a.GetOn(n, 0) }
 // GetOn is Get for a request on queue q (0: none): of the blocks of n
 // bytes waiting unmerged, it prefers one that only q may still use.
 func (a *Arena[T]) GetOn(n int64, q int32) *Block[T] {
-	if a.quick.n > 0 {
+	if a.quick.len() > 0 {
 		if b := a.quick.getOn(n, q); b != nil {
 			a.quick.remove(b)
 			a.take(b)
@@ -177,7 +177,7 @@ func (a *Arena[T]) Flush() {
 }
 
 // Waiting returns how many blocks wait unmerged.
-func (a *Arena[T]) Waiting() int { return a.quick.n }
+func (a *Arena[T]) Waiting() int { return a.quick.len() }
 
 // Put takes back an active block: it becomes free, and waits unmerged if
 // there is room on the quick lists (and it does not cover its segment),
@@ -583,8 +583,8 @@ func (a *Arena[T]) Check() error {
 	if got := a.Counts(); c.FreeBlocks != got.FreeBlocks || c.FreeBytes != got.FreeBytes {
 		return fmt.Errorf("counts %+v, counted %+v", c, got)
 	}
-	if quick != a.quick.n || quick > a.quick.max {
-		return fmt.Errorf("%d blocks wait unmerged, %d counted, at most %d may", quick, a.quick.n, a.quick.max)
+	if quick != a.quick.len() || quick > a.quick.max {
+		return fmt.Errorf("%d blocks wait unmerged, %d listed, at most %d may", quick, a.quick.len(), a.quick.max)
 	}
 	total, bad := 0, false
 	for _, x := range []*freeIndex[T]{&a.sized, &a.owned} {

@@ -9,8 +9,10 @@ type quickLists[T comparable] struct {
 	blocks  []*Block[T] // waiting, oldest first; len ≤ max
 	maxSize int64       // the largest block that may wait
 	max     int         // the most blocks that may wait
-	n       int         // len(blocks)
 }
+
+// len returns how many blocks wait.
+func (q *quickLists[T]) len() int { return len(q.blocks) }
 
 // setLimits lets blocks of up to maxSize bytes wait, at most max of them.
 // The lists must be empty.
@@ -20,14 +22,14 @@ func (q *quickLists[T]) setLimits(max int, maxSize int64) {
 
 // admits reports whether a free block of size may wait.
 func (q *quickLists[T]) admits(size int64) bool {
-	return q.n < q.max && size <= q.maxSize
+	return len(q.blocks) < q.max && size <= q.maxSize
 }
 
 // getOn returns a waiting block of exactly size bytes, the newest, or
 // rather the newest that only queue (0: none) may still use; nil if none.
 func (q *quickLists[T]) getOn(size int64, queue int32) *Block[T] {
 	var found *Block[T]
-	for i := q.n - 1; i >= 0; i-- {
+	for i := len(q.blocks) - 1; i >= 0; i-- {
 		b := q.blocks[i]
 		if b.Size != size {
 			continue
@@ -46,19 +48,18 @@ func (q *quickLists[T]) getOn(size int64, queue int32) *Block[T] {
 func (q *quickLists[T]) push(b *Block[T]) {
 	b.quick = true
 	q.blocks = append(q.blocks, b)
-	q.n++
 }
 
 // remove takes b, listed, off the list.
 func (q *quickLists[T]) remove(b *Block[T]) {
-	i := q.n - 1
+	i := len(q.blocks) - 1
 	for q.blocks[i] != b {
 		i--
 	}
+	last := len(q.blocks) - 1
 	copy(q.blocks[i:], q.blocks[i+1:])
-	q.n--
-	q.blocks[q.n] = nil // no stale pointer past the end
-	q.blocks = q.blocks[:q.n]
+	q.blocks[last] = nil // no stale pointer past the end
+	q.blocks = q.blocks[:last]
 	b.quick = false
 }
 
@@ -67,11 +68,11 @@ func (q *quickLists[T]) remove(b *Block[T]) {
 // the order changes where later requests go (the memory figures of
 // BENCHMARKS.md are with it).
 func (q *quickLists[T]) pop() *Block[T] {
-	if q.n == 0 {
+	if len(q.blocks) == 0 {
 		return nil
 	}
-	b := q.blocks[q.n-1]
-	for i := q.n - 2; i >= 0; i-- {
+	b := q.blocks[len(q.blocks)-1]
+	for i := len(q.blocks) - 2; i >= 0; i-- {
 		if q.blocks[i].Size > b.Size {
 			b = q.blocks[i]
 		}
