@@ -43,12 +43,12 @@ func radixGrowPinned(t *testing.T, p *mempool.Pool, rounds int) (allocs int) {
 
 // Consolidation is decided at the first miss: BeforeGrow frees the
 // wholly free segments it replaces, then the pool drains its queue
-// caches and sizes the segment again; by then no wholly free segment is
-// left, so the second sizing is the plain growth step, and the next
-// round regrows the pool one array at a time. The policy alone makes 30
-// segments on this trace; a single 4 KiB block kept alive (so that the
-// drain does not leave the pool wholly free) and the pool's cache made
-// 200 (58 before consolidation), against issue 22's 1% (34).
+// caches and sizes the segment again. By then no wholly free segment was
+// left, so the second sizing was the plain growth step, and the next
+// round regrew the pool one array at a time: with a single 4 KiB block
+// kept alive (so that the drain does not leave the pool wholly free) the
+// pool made 200 device allocations where the policy alone makes 30,
+// against issue 22's 1% (34). The decision now holds until Add.
 func TestArenaConsolidationSurvivesTheCacheDrain(t *testing.T) {
 	f := newFixture(t, nil, mempool.WithArena())
 	allocs := radixGrowPinned(t, f.pool, 100)
@@ -57,13 +57,14 @@ func TestArenaConsolidationSurvivesTheCacheDrain(t *testing.T) {
 	assert.LessOrEqual(t, s.DeviceAllocs, int64(max(2, allocs/100)), "device allocations within 1% of the requests")
 }
 
-// After FreeHeld the arena's busy-period bookkeeping still holds what the
-// pool held before (idleHeld), so a first steady round of 4 x 4 MiB that
-// refills the empty pool counts as one that "grew it by a little"; the
-// next request consolidates, and BeforeGrow (whose slack remembers the
-// 64 MiB peak) keeps the four wholly free segments beside the new 18 MiB
+// After FreeHeld the arena's busy-period bookkeeping held what the pool
+// held before (idleHeld), so a first steady round of 4 x 4 MiB that
+// refilled the empty pool counted as one that "grew it by a little"; the
+// next request consolidated, and BeforeGrow (whose slack remembers the
+// 64 MiB peak) kept the four wholly free segments beside the new 18 MiB
 // one: 34 MiB managed for good, for rounds that never need more than
-// 16 MiB, and a device allocation while a fitting block waited.
+// 16 MiB. Taking segments out now lowers what the period began with, and
+// a consolidation gives up every wholly free segment.
 func TestArenaConsolidationAfterFreeHeld(t *testing.T) {
 	f := newFixture(t, nil, mempool.WithArena())
 	big, err := f.pool.Allocate(64 * mib)

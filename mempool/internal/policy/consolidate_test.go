@@ -28,11 +28,11 @@ func radixGrowPinned() []trace.Event {
 // Behind the pool's cache, a miss sizes the consolidated segment, and
 // BeforeGrow frees the wholly free segments it replaces; then the pool
 // drains its cache and sizes the segment again (mempool's serve). With
-// one small block alive, the pool is no longer "all but 1/8 in wholly
-// free segments" at the second sizing (none is left): the segment is the
-// plain growth step, the pool regrows array by array, and each creeping
-// round repeats it. 200 device allocations for 3401 requests (58 before
-// consolidation; 30 for the policy alone), against the goal's 34.
+// one small block alive, the pool was no longer "all but 1/8 in wholly
+// free segments" at the second sizing (none was left): the segment was
+// the plain growth step, the pool regrew array by array, and each
+// creeping round repeated it, 200 device allocations for 3401 requests
+// against the goal's 34. The decision now holds until Add.
 func TestArenaConsolidationSurvivesTheCacheDrain(t *testing.T) {
 	ev := radixGrowPinned()
 	alone := simulate(t, ev, policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment))
@@ -42,18 +42,18 @@ func TestArenaConsolidationSurvivesTheCacheDrain(t *testing.T) {
 	assert.LessOrEqual(t, cached.segments, goalSegments(cached.allocs), "device allocations behind the pool's cache")
 }
 
-// Get declines a fitting block whenever the pool is consolidating, but
+// Get declined a fitting block whenever the pool was consolidating, but
 // SegmentSize makes the consolidated segment only for a request of at
 // most the last peak and 1/8: a larger request that a wholly free
-// segment fits gets a plain segment of its own beside it. Here a 12 MiB
-// request, with a wholly free 16 MiB segment, grows the pool from 23.5 to
+// segment fits got a plain segment of its own beside it. Here a 12 MiB
+// request, with a wholly free 16 MiB segment, grew the pool from 23.5 to
 // 35.5 MiB (BeforeGrow keeps the free segments: the pool once held
-// 40 MiB), which "no growth while a fitting block waits" forbids.
+// 40 MiB), which "no growth while a fitting block waits" forbids. Get
+// now declines only for a consolidated segment that serves the request.
 func TestArenaGetDeclinesOnlyForTheConsolidatedSegment(t *testing.T) {
 	const mib = 1 << 20
-	p := policy.NewArenas[int](512, 4, 0, 256*mib)
-	g := &grower{p: p}
-	get := g.get
+	g := newGrower(256 * mib)
+	p, get := g.p, g.get
 	// An earlier, larger phase, then FreeHeld.
 	require.Nil(t, p.Put(get(40*mib)))
 	g.freeHeld()
@@ -73,19 +73,17 @@ func TestArenaGetDeclinesOnlyForTheConsolidatedSegment(t *testing.T) {
 	assert.LessOrEqual(t, g.held, before, "a 12 MiB request grew the pool (%d -> %d bytes) while a wholly free 16 MiB segment fits it (its segment: %d bytes)", before, g.held, b.Seg.Size)
 }
 
-// The busy-period bookkeeping does not follow the pool when segments
-// are taken out (FreeHeld, the ladder: TakeLargest): idleHeld is still
-// the 64 MiB held before FreeHeld, so a steady 16 MiB round that refills
-// the empty pool counts as "grew it by a little"; the consolidation that
-// follows adds an 18 MiB segment on top of the four wholly free 4 MiB
-// ones, since BeforeGrow's slack (the 64 MiB peak) keeps them. A
-// workload that never grows holds 34 MiB for its 16 MiB rounds, for
-// good.
+// The busy-period bookkeeping must follow the pool when segments are
+// taken out (FreeHeld, the ladder: TakeLargest). It did not: idleHeld
+// stayed the 64 MiB held before FreeHeld, so a steady 16 MiB round that
+// refilled the empty pool counted as "grew it by a little", and the
+// consolidation that followed added an 18 MiB segment on top of the four
+// wholly free 4 MiB ones, which BeforeGrow's slack (the 64 MiB peak)
+// kept: a workload that never grows held 34 MiB for its 16 MiB rounds.
 func TestArenaConsolidationAfterFreeHeld(t *testing.T) {
 	const mib = 1 << 20
-	p := policy.NewArenas[int](512, 4, 0, 256*mib)
-	g := &grower{p: p}
-	get := g.get
+	g := newGrower(256 * mib)
+	p, get := g.p, g.get
 	require.Nil(t, p.Put(get(64*mib)))
 	g.freeHeld()
 	const n = 4 * mib
@@ -105,6 +103,12 @@ func TestArenaConsolidationAfterFreeHeld(t *testing.T) {
 type grower struct {
 	p    *policy.Arenas[int]
 	held int64
+}
+
+// newGrower returns a grower of a new arena policy whose segments grow
+// to at most preferred bytes.
+func newGrower(preferred int64) *grower {
+	return &grower{p: policy.NewArenas[int](512, 4, 0, preferred)}
 }
 
 func (g *grower) get(n int64) *policy.Block[int] {
