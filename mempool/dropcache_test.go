@@ -77,10 +77,7 @@ func TestDeviceOOMReusesReclaimedBlock(t *testing.T) {
 func TestDropSafetyQueuesStress(t *testing.T) {
 	for _, arena := range []bool{false, true} {
 		t.Run(map[bool]string{false: "bins", true: "arena"}[arena], func(t *testing.T) {
-			var opts []mempool.Option
-			if arena {
-				opts = append(opts, mempool.WithArena())
-			}
+			opts := policyOptions(arena)
 			f := newFixture(t, nil, opts...)
 			qs := []*cl.CommandQueue{f.q, cltest.SecondQueue(t, f.q, 0), cltest.SecondQueue(t, f.q, 0)}
 			ons := make([]*mempool.QueueAllocator, len(qs))

@@ -143,3 +143,12 @@ func (r *freeRecorder) Free(buf *cl.Buffer) error {
 	r.mu.Unlock()
 	return r.Allocator.Free(buf)
 }
+
+// policyOptions returns the options of a pool that is a splitting arena
+// (arena) or of exact bins, the default.
+func policyOptions(arena bool) []mempool.Option {
+	if arena {
+		return []mempool.Option{mempool.WithArena()}
+	}
+	return nil
+}

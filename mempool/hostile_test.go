@@ -496,10 +496,7 @@ func TestProbeCallsAnswerDuringALongAllocate(t *testing.T) {
 	for _, arena := range []bool{false, true} {
 		t.Run(fmt.Sprintf("arena=%v", arena), func(t *testing.T) {
 			g := newGated()
-			opts := []mempool.Option{}
-			if arena {
-				opts = append(opts, mempool.WithArena())
-			}
+			opts := policyOptions(arena)
 			f := newFixture(t, func(a allocator.Allocator) allocator.Allocator {
 				g.Allocator = a
 				return g
@@ -635,10 +632,7 @@ func TestProbeArenaCachedBlockHandedOverWaitsForTheKernel(t *testing.T) {
 func TestProbePoolClosesRacingRequests(t *testing.T) {
 	for _, arena := range []bool{false, true} {
 		t.Run(fmt.Sprintf("arena=%v", arena), func(t *testing.T) {
-			var opts []mempool.Option
-			if arena {
-				opts = append(opts, mempool.WithArena())
-			}
+			opts := policyOptions(arena)
 			f := newFixture(t, nil, opts...)
 			stopStats := pooltest.ReadStats(t, f.pool, nil)
 			const workers = 4
@@ -790,10 +784,7 @@ func TestProbeRandomRunViewsAgree(t *testing.T) {
 func randomRun(t *testing.T, arena bool, seed uint64) {
 	q := cltest.Queue(t)
 	qs := []*cl.CommandQueue{q, cltest.SecondQueue(t, q, 0), cltest.SecondQueue(t, q, cl.QueueOutOfOrder)}
-	var opts []mempool.Option
-	if arena {
-		opts = append(opts, mempool.WithArena())
-	}
+	opts := policyOptions(arena)
 	dropSafety := seed%3 != 1
 	if !dropSafety {
 		opts = append(opts, mempool.WithDropSafety(false))

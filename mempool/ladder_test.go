@@ -393,10 +393,7 @@ func TestLadderGrowsByTheRequestAsRMM(t *testing.T) {
 func TestLadderOversizeRequestIsAnOutOfMemory(t *testing.T) {
 	for _, arena := range []bool{false, true} {
 		t.Run(fmt.Sprintf("arena=%v", arena), func(t *testing.T) {
-			var opts []mempool.Option
-			if arena {
-				opts = append(opts, mempool.WithArena())
-			}
+			opts := policyOptions(arena)
 			f := newFixture(t, nil, opts...)
 			size := f.q.Device().MaxMemAllocSize + 1
 			rec := &recorder{}
@@ -433,10 +430,7 @@ func TestLadderNeverServableFreesNothing(t *testing.T) {
 	const limit = 8 * mib
 	for _, arena := range []bool{false, true} {
 		t.Run(fmt.Sprintf("arena=%v", arena), func(t *testing.T) {
-			opts := []mempool.Option{mempool.WithLimit(limit)}
-			if arena {
-				opts = append(opts, mempool.WithArena())
-			}
+			opts := append(policyOptions(arena), mempool.WithLimit(limit))
 			f := newFixture(t, nil, opts...)
 			a, err := f.pool.Allocate(4 * mib)
 			require.NoError(t, err)
@@ -612,10 +606,7 @@ func FuzzLadder(f *testing.F) {
 		limit := int64(limitBytes % (48 * mib))
 		count := allocator.NewCounting(imm)
 		bud := allocator.NewBudget(count, budget)
-		opts := []mempool.Option{mempool.WithLimit(limit)}
-		if arena {
-			opts = append(opts, mempool.WithArena())
-		}
+		opts := append(policyOptions(arena), mempool.WithLimit(limit))
 		p, err := mempool.New(bud, opts...)
 		require.NoError(t, err)
 		// blockOf is the bytes of a request's own block.
