@@ -229,8 +229,7 @@ func (c *core) handOut(pb *PooledBuffer) *PooledBuffer {
 	return pb
 }
 
-// note notes, on block b handed out for req, what a snapshot shows of it,
-// and whether it is a split (for the queue caches' counts).
+// note notes, on block b handed out for req, what a snapshot shows of it.
 func (c *core) note(b *block, req *request) {
 	noteBlock(b, req.size, req.q, req.pb)
 }
@@ -318,9 +317,14 @@ func (k *core) init(c config, align, maxAlloc, limit int64) {
 }
 
 // newQstate returns the state of queue q, of id id; q nil and id 0 for
-// the pool's host, which stands for no queue.
-func newQstate(q *cl.CommandQueue, id int32) *qstate {
+// the pool's host, which stands for no queue. With splits (an arena's
+// pool), its cache lists the moves of split blocks (splitMoves); a pool
+// of exact bins has none, and its caches stay small.
+func newQstate(q *cl.CommandQueue, id int32, splits bool) *qstate {
 	qs := &qstate{q: q, id: id}
+	if splits {
+		qs.c.d.moves = new(splitMoves)
+	}
 	if q != nil {
 		qs.ooo = q.Properties()&cl.QueueOutOfOrder != 0
 	}

@@ -1,6 +1,9 @@
 package mempool
 
-import "sync/atomic"
+import (
+	"fmt"
+	"sync/atomic"
+)
 
 // WithoutQueueCaches makes a pool whose queues cache no blocks, so that
 // tests can compare the two and order reuse through the policy itself.
@@ -11,4 +14,22 @@ func WithoutQueueCaches() Option { return func(c *config) { c.noCaches = true } 
 func CountLocks(p *Pool) *atomic.Int64 {
 	p.locks = new(atomic.Int64)
 	return p.locks
+}
+
+// CheckBlockCounts checks how many blocks each of p's segments is cut
+// into, as the policy counts them (Segment.BlockCount, which the ledger
+// takes idle segments out by), against its blocks now.
+func CheckBlockCounts(p *Pool) error {
+	p.lock()
+	defer p.mu.Unlock()
+	for seg, id := range p.l.segs {
+		n := 0
+		for range seg.Blocks() {
+			n++
+		}
+		if seg.BlockCount() != n {
+			return fmt.Errorf("segment %d: %d blocks, counted %d", id, n, seg.BlockCount())
+		}
+	}
+	return nil
 }

@@ -9,9 +9,7 @@ import (
 // ledger is the pool's counters and the one place that changes them. The
 // core calls every method, with p.mu held; the policies count nothing.
 type ledger struct {
-	s          Stats
-	split      [2]int   // the policy's inactive splits, small and large, as last synced
-	splitBytes [2]int64 // and their bytes
+	s Stats
 
 	inflight int64 // bytes reserved for segments being allocated (see reserve)
 	freeing  int64 // bytes of segments out of the accounts, not yet given back
@@ -22,6 +20,8 @@ type ledger struct {
 	freeBatches int64              // calls of deviceFreed: each ends a batch of frees
 	segs        map[*segment]int64 // every segment the pool owns, with its ID (for Snapshot)
 	lastSeg     int64              // the last ID given
+	idle        []*segment         // the segments whose only blocks not free are held (splits.go)
+	heldLarge   bool               // blocks of large segments may be held (the quarantine); the caches hold small ones only
 
 	// The blocks in queue caches (qcache.go; all small), and those of
 	// them that are inactive splits: held blocks the policy does not see.
@@ -73,8 +73,11 @@ func (l *ledger) handedOver(r *qstate, fs []fenced) {
 // miss counts a request that found no free block.
 func (l *ledger) miss() { l.s.Misses++ }
 
-// activate counts a block handed out for a request of size bytes.
+// activate counts a block handed out from the policy for a request of
+// size bytes, and notes on it whether it is a split.
 func (l *ledger) activate(b *block, size int64) {
+	b.Split = b.Seg.Split()
+	l.moveOut(b, 1)
 	large := !b.Seg.Small
 	l.s.Allocation.add(large, 1)
 	l.s.AllocatedBytes.add(large, b.Size)
@@ -84,8 +87,10 @@ func (l *ledger) activate(b *block, size int64) {
 	}
 }
 
-// deactivate counts a block given back.
+// deactivate counts a block given back, to the policy or the
+// quarantine.
 func (l *ledger) deactivate(b *block, size int64) {
+	l.moveOut(b, -1)
 	large := !b.Seg.Small
 	l.s.Allocation.sub(large, 1)
 	l.s.AllocatedBytes.sub(large, b.Size)
@@ -152,30 +157,34 @@ func (l *ledger) oomRefused() { l.s.OOMs++ }
 
 func (l *ledger) setHolding(on bool) { l.s.Holding = on }
 
-// sync brings the held blocks and the inactive splits up to the policy's
-// free set, c, and the queue caches'.
+// sync brings the held blocks and the inactive splits (splits.go) up to
+// the policy's free set, c, the queue caches' and the quarantine's. The
+// pool calls it after every change of the policy, before it lets go of
+// p.mu (flush counts on it).
 func (l *ledger) sync(c *policy.Counts) {
 	l.s.HeldBlocks = c.FreeBlocks + l.cached + l.quar.blocks
 	l.s.HeldBytes = c.FreeBytes + l.cachedBytes + l.quar.bytes
-	split, splitBytes := c.SplitBlocks, c.SplitBytes
-	split[0] += l.cachedSplit + l.quar.split[0] // [0]: small
-	splitBytes[0] += l.cachedSplitBytes + l.quar.splitBytes[0]
-	split[1] += l.quar.split[1]
-	splitBytes[1] += l.quar.splitBytes[1]
-	if split == l.split && splitBytes == l.splitBytes {
-		return
+	small, large, smallBytes, largeBytes := l.splits(c)
+	g, gb := &l.s.InactiveSplit, &l.s.InactiveSplitBytes
+	if d := small - g.Small.Current; d != 0 {
+		g.move(false, d)
 	}
-	for i := range 2 {
-		large := i == 1
-		l.s.InactiveSplit.move(large, int64(split[i]-l.split[i]))
-		l.s.InactiveSplitBytes.move(large, splitBytes[i]-l.splitBytes[i])
+	if d := large - g.Large.Current; d != 0 {
+		g.move(true, d)
 	}
-	l.split, l.splitBytes = split, splitBytes
+	if d := smallBytes - gb.Small.Current; d != 0 {
+		gb.move(false, d)
+	}
+	if d := largeBytes - gb.Large.Current; d != 0 {
+		gb.move(true, d)
+	}
 }
 
 // flush brings in the sums of queue r's cache (qcache.go): the same
 // counts, peaks included, as the operations would have made one by one.
-// Its blocks are small.
+// Its blocks are small. The policy has not changed since the last sync
+// (the pool syncs before it lets go of p.mu), so flush brings the held
+// blocks and the inactive splits up to date itself, as sync would.
 func (l *ledger) flush(d *qdelta, r *qstate) {
 	hits := d.allocation.added
 	cached := d.allocation.freed - hits // blocks into the cache, less those out
@@ -191,13 +200,11 @@ func (l *ledger) flush(d *qdelta, r *qstate) {
 	l.s.RequestedBytes.apply(d.requested)
 	l.cached += int(cached)
 	l.cachedBytes -= d.allocated.net()
-	// The splits move here, peaks included, rather than through sync.
-	l.s.InactiveSplit.apply(d.split)
-	l.s.InactiveSplitBytes.apply(d.splitBytes)
-	l.cachedSplit += int(d.split.net())
-	l.cachedSplitBytes += d.splitBytes.net()
-	l.split[0] += int(d.split.net())
-	l.splitBytes[0] += d.splitBytes.net()
+	l.s.HeldBlocks += int(cached)
+	l.s.HeldBytes -= d.allocated.net()
+	if d.moves != nil {
+		l.flushSplits(d.moves)
+	}
 }
 
 // uncache counts b leaving queue r's cache for the policy.
@@ -207,10 +214,18 @@ func (l *ledger) uncache(b *block, r *qstate) {
 	if b.Split {
 		l.cachedSplit--
 		l.cachedSplitBytes -= b.Size
+		l.moveHeld(b, -1)
 	}
 	if r.id != 0 {
 		l.s.Queues[r.id-1].Cached--
 	}
+}
+
+// quarantine counts n blocks like b, given back (deactivate), into the
+// sanitizer's quarantine (n < 0: out of it, to the policy).
+func (l *ledger) quarantine(b *block, n int) {
+	l.quar.add(b, n)
+	l.moveHeld(b, int32(n))
 }
 
 // resetPeak sets every peak to its current value, as

@@ -110,7 +110,7 @@ func (p *Pool) queueState(q *cl.CommandQueue) (*qstate, error) {
 			return qs, nil
 		}
 	}
-	qs := newQstate(q, int32(len(p.queues)+1))
+	qs := newQstate(q, int32(len(p.queues)+1), p.arena)
 	p.queues = append(p.queues, qs)
 	caches := append(*p.caches.Load(), qs) // a new array: readers keep theirs
 	p.caches.Store(&caches)

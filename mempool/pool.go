@@ -115,11 +115,12 @@ func newPool(call string, src source, opts []Option) (*Pool, error) {
 	p.freed.L = &p.mu
 	if sanitize {
 		p.san = newSanitizer(p, c.san)
+		p.l.heldLarge = true
 	}
 	if c.noCaches {
 		p.cacheState.Store(cachesGone)
 	}
-	p.host = newQstate(nil, 0)
+	p.host = newQstate(nil, 0, p.arena)
 	p.defq = p.host
 	p.caches.Store(&[]*qstate{p.host})
 	if q := allocator.QueueOf(src.outer()); q != nil {
@@ -203,7 +204,6 @@ func (p *Pool) Stats() Stats {
 	qs, cached := p.lockCaches()
 	defer p.unlockCaches(qs)
 	s := p.statsLocked()
-	p.takeIdleSplit(&s, cached, false)
 	if len(cached) > 0 && s.HeldBytes > 0 {
 		largest := p.pol.LargestFree()
 		for b := range cached {

@@ -23,7 +23,8 @@ import (
 // before Stats. Across queues the sums arrive in batches, so a pool-wide
 // peak can be off by what one queue's cache moved since its last flush
 // (its blocks are at most cacheBlocks small ones). Blocks in a cache count
-// as held (inactive splits if their segment has other blocks). A request the pool
+// as held: inactive splits if a block of their segment is in use, which
+// the ledger learns at the flush too (splits.go). A request the pool
 // cannot serve from what the policy holds first drains every cache back
 // into the policy, and so do FreeHeld and the out-of-memory ladder, so
 // cached memory is reused across queues and freed like any held block.
@@ -63,12 +64,12 @@ type qcache struct {
 	_      [64]byte
 	mu     sync.Mutex              // protects the fields below
 	blocks []*block                // given back on the queue, newest last
-	d      qdelta                  // operations not yet in the ledger
 	slab   *[slabSize]PooledBuffer // handed out from slab[used:], each once
 	used   int
 	bytes  int64 // the sizes of blocks
 
-	lastSize, lastN int64 // the last request's size and its block size
+	lastSize, lastN int64  // the last request's size and its block size
+	d               qdelta // operations not yet in the ledger
 	_               [64]byte
 }
 
@@ -78,49 +79,40 @@ type qcache struct {
 // every put frees one, so the counts of hits, of operations and of blocks
 // into and out of the cache all follow from allocation's sums, and the
 // bytes into and out of it from allocated's: the hot path adds only what
-// it must.
+// it must. The split blocks that moved are listed (moves): whether each
+// one changes the inactive splits by itself or with its segment's other
+// blocks, only the ledger can tell.
 type qdelta struct {
-	allocation, allocated, requested statDelta // the active blocks, their bytes, the bytes asked for
-	split, splitBytes                statDelta // the inactive splits among the cached blocks
+	allocation, allocated, requested statDelta   // the active blocks, their bytes, the bytes asked for
+	moves                            *splitMoves // nil where no block is a split (exact bins)
 }
 
 // ops returns how many operations d sums.
 func (d *qdelta) ops() int64 { return d.allocation.added + d.allocation.freed }
 
-// statDelta sums additions to and subtractions from a Stat, with the
-// highest its running sum reached.
-type statDelta struct{ added, freed, top int64 }
-
-// net returns the sum's change.
-func (d *statDelta) net() int64 { return d.added - d.freed }
-
-func (d *statDelta) add(n int64) {
-	d.added += n
-	d.top = max(d.top, d.added-d.freed)
+// reset empties d, once the ledger has it.
+func (d *qdelta) reset() {
+	d.allocation, d.allocated, d.requested = statDelta{}, statDelta{}, statDelta{}
+	if d.moves != nil {
+		d.moves.reset()
+	}
 }
 
-func (d *statDelta) sub(n int64) { d.freed += n }
-
-// hit sums a request of size served by cached block b.
+// hit sums a request of size served by cached block b. Its caller lists
+// b's move if b is a split (splitMoves), so that hit and put are small
+// enough to be inlined.
 func (d *qdelta) hit(b *block, size int64) {
 	d.allocation.add(1)
 	d.allocated.add(b.Size)
 	d.requested.add(size)
-	if b.Split {
-		d.split.sub(1)
-		d.splitBytes.sub(b.Size)
-	}
 }
 
-// put sums block b, of a request of size, given back into the cache.
+// put sums block b, of a request of size, given back into the cache. Its
+// caller lists b's move if b is a split.
 func (d *qdelta) put(b *block, size int64) {
 	d.allocation.sub(1)
 	d.allocated.sub(b.Size)
 	d.requested.sub(size)
-	if b.Split {
-		d.split.add(1)
-		d.splitBytes.add(b.Size)
-	}
 }
 
 // allocateCached serves a request of size on r from r's cache, or
@@ -181,6 +173,9 @@ func (p *Pool) allocateCached(size int64, r *qstate, pb *PooledBuffer) *PooledBu
 	*pb = PooledBuffer{pool: p, blk: b, size: size, q: r}
 	b.Requested, b.Owner = size, uint64(uintptr(unsafe.Pointer(pb))) // b.Queue is r already
 	c.d.hit(b, size)
+	if b.Split && !c.d.moves.trip(b.Seg, -b.Size) {
+		c.d.moves.list(b.Seg, -b.Size)
+	}
 	p.flushIfDue(r)
 	c.mu.Unlock()
 	return pb
@@ -210,8 +205,13 @@ func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 		if b.Size > limit {
 			return false
 		}
-		for len(c.blocks) == cacheBlocks || c.bytes+b.Size > limit {
-			p.evictOldest(r)
+		n, bytes := 0, c.bytes // the oldest n go; n stays below len(c.blocks), as b.Size <= limit
+		for len(c.blocks)-n == cacheBlocks || bytes+b.Size > limit {
+			bytes -= c.blocks[n].Size
+			n++
+		}
+		if n > 0 {
+			p.evictOldest(r, n)
 		}
 	}
 	if p.dropSafety {
@@ -222,6 +222,9 @@ func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 	c.blocks = append(c.blocks, b)
 	c.bytes += b.Size
 	c.d.put(b, size)
+	if b.Split && !c.d.moves.trip(b.Seg, b.Size) {
+		c.d.moves.list(b.Seg, b.Size)
+	}
 	p.flushIfDue(r)
 	return true
 }
@@ -250,8 +253,7 @@ func (p *Pool) flushCacheLocked(r *qstate) {
 		return
 	}
 	p.l.flush(&r.c.d, r)
-	r.c.d = qdelta{}
-	p.l.sync(p.pol.Counts())
+	r.c.d.reset()
 }
 
 // lockFlushed takes p.mu for an operation on queue r (p.host: none),
@@ -334,20 +336,24 @@ func (p *Pool) uncacheLocked(gone []*segment, qs *qstate, b *block) []*segment {
 	return gone
 }
 
-// evictOldest gives the oldest block of r's cache back to the pool.
-// r.c.mu must be held, and r's cache must hold a block.
-func (p *Pool) evictOldest(r *qstate) {
+// evictOldest gives the n oldest blocks of r's cache back to the pool,
+// in one hold of p.mu. r.c.mu must be held, and r's cache must hold n
+// blocks.
+func (p *Pool) evictOldest(r *qstate, n int) {
 	c := &r.c
-	b := c.blocks[0]
-	last := len(c.blocks) - 1
-	copy(c.blocks, c.blocks[1:])
-	c.blocks[last] = nil
-	c.blocks, c.bytes = c.blocks[:last], c.bytes-b.Size
 	p.lock()
 	p.flushCacheLocked(r)
-	gone := p.uncacheLocked(nil, r, b)
+	var gone []*segment
+	for _, b := range c.blocks[:n] {
+		c.bytes -= b.Size // before the policy merges b
+		gone = p.uncacheLocked(gone, r, b)
+	}
 	stale := p.forget(gone...)
 	p.mu.Unlock()
+	last := len(c.blocks) - n
+	copy(c.blocks, c.blocks[n:])
+	clear(c.blocks[last:]) // no stale pointer past the end
+	c.blocks = c.blocks[:last]
 	_ = p.freeSegments(gone, stale)
 }
 

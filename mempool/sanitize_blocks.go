@@ -127,7 +127,7 @@ func (p *Pool) giveBackSanitized(pb *PooledBuffer, sb *sanBlock, size int64, hoo
 		runtime.SetFinalizer(pb, nil) // under p.mu: see core.handOut
 	}
 	p.l.deactivate(b, size)
-	p.l.quar.add(b, 1)
+	p.l.quarantine(b, 1)
 	leaving := s.enter(sb)
 	p.l.sync(p.pol.Counts())
 	p.mu.Unlock()

@@ -113,7 +113,7 @@ func (p *Pool) leaveQuarantine(bs []*sanBlock) error {
 	p.lock()
 	var gone []*segment
 	for _, sb := range bs {
-		p.l.quar.add(sb.blk, -1)
+		p.l.quarantine(sb.blk, -1)
 		gone = p.putFree(gone, sb.blk, sb.q, true)
 	}
 	s.mu.Lock()

@@ -47,8 +47,8 @@ type SegmentSnapshot struct {
 }
 
 // The states of a block in a snapshot: handed out; held (kept for reuse)
-// in a segment the pool can free whole; held in a segment it shares with
-// other blocks (torch's inactive split: it cannot be freed alone).
+// in a segment the pool can free whole; held in a segment that has a
+// block handed out (torch's inactive split: the segment cannot be freed).
 const (
 	StateActive        = "active"
 	StateHeld          = "held"
@@ -178,9 +178,7 @@ func nameSites(segs []SegmentSnapshot, n SiteNamer) {
 }
 
 // noteBlock notes, on block b handed out as pb for a request of size on
-// queue r, what a snapshot shows of it, and whether it is a split (for
-// the queue caches' counts). p.mu must be held.
+// queue r, what a snapshot shows of it. p.mu must be held.
 func noteBlock(b *block, size int64, r *qstate, pb *PooledBuffer) {
 	b.Requested, b.Queue, b.Owner = size, r.id, uint64(uintptr(unsafe.Pointer(pb)))
-	b.Split = b.Seg.Split()
 }

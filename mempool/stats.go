@@ -30,6 +30,43 @@ func (s *Stat) sub(n int64) {
 	s.Freed += n
 }
 
+// statDelta sums additions to and subtractions from a Stat, with the
+// highest its running sum reached.
+type statDelta struct{ added, freed, top int64 }
+
+// net returns the sum's change.
+func (d *statDelta) net() int64 { return d.added - d.freed }
+
+func (d *statDelta) add(n int64) {
+	d.added += n
+	d.top = max(d.top, d.added-d.freed)
+}
+
+func (d *statDelta) sub(n int64) { d.freed += n }
+
+// step adds n if it is positive, takes -n away if negative (without a
+// branch: the signs of a cache's moves follow no pattern).
+func (d *statDelta) step(n int64) {
+	d.added += max(n, 0)
+	d.freed += max(-n, 0)
+	d.top = max(d.top, d.added-d.freed)
+}
+
+// then adds the sums e that came after d's.
+func (d *statDelta) then(e statDelta) {
+	d.top = max(d.top, d.added-d.freed+e.top)
+	d.added += e.added
+	d.freed += e.freed
+}
+
+// trips counts a change of n (of either sign) undone and made again, k
+// times: the running sum ends, and peaks, where it was.
+func (d *statDelta) trips(n, k int64) {
+	n = max(n, -n) * k
+	d.added += n
+	d.freed += n
+}
+
 // StatGroup is a Stat for all blocks, and for small (under SmallBlock) and
 // large blocks apart: torch's "all", "small_pool" and "large_pool".
 //
@@ -148,7 +185,7 @@ type Stats struct {
 	// they equal Allocation and AllocatedBytes.
 	Active             StatGroup
 	ActiveBlockBytes   StatGroup
-	InactiveSplit      StatGroup // held blocks that share their segment with other blocks (inactive_split)
+	InactiveSplit      StatGroup // held blocks of segments that have a block in use (inactive_split; see Snapshot's StateInactiveSplit)
 	InactiveSplitBytes StatGroup // their bytes (inactive_split_bytes)
 	Segment            StatGroup // device allocations the pool owns (segment)
 	ReservedBytes      StatGroup // their sizes, once allocated (reserved_bytes)
@@ -222,10 +259,10 @@ func (p *Pool) MemoryStats() map[string]int64 {
 // ResetPeak sets every peak to its current value, as
 // torch.cuda.reset_peak_memory_stats does.
 func (p *Pool) ResetPeak() {
-	qs, cached := p.lockCaches()
-	defer p.unlockCaches(qs)
+	p.flushAll()
+	p.lock()
+	defer p.mu.Unlock()
 	p.l.resetPeak()
-	p.takeIdleSplit(&p.l.s, cached, true) // the peaks as Stats shows the current values
 }
 
 // ResetAccumulated zeroes the totals (the Allocated and Freed of every
@@ -256,61 +293,6 @@ func (p *Pool) statsLocked() Stats {
 		s.Fragmentation = 1 - float64(p.pol.LargestFree())/float64(s.HeldBytes)
 	}
 	return s
-}
-
-// idleSplitLocked returns the inactive splits, small and large, in blocks
-// and bytes, that the counters show but that are none: the held blocks of
-// segments whose only blocks in use wait in queue caches. The counters
-// cannot tell (the policy sees a cached block as in use, and a cached
-// block keeps the split it had when handed out); Stats and Snapshot,
-// which see every cached block, can. p.mu and every queue cache's lock
-// must be held (see lockCaches).
-func (p *Pool) idleSplitLocked(cached map[*block]bool) (blocks, bytes [2]int64) {
-	seen := map[*segment]bool{}
-	for c := range cached {
-		seg := c.Seg
-		if seen[seg] || inUse(seg, cached) {
-			continue
-		}
-		seen[seg] = true
-		i := 0
-		if !seg.Small {
-			i = 1
-		}
-		for b := range seg.Blocks() {
-			if b.IsFree() || cached[b] && b.Split {
-				blocks[i]++
-				bytes[i] += b.Size
-			}
-		}
-	}
-	return blocks, bytes
-}
-
-// takeIdleSplit takes the idle splits (idleSplitLocked) out of s's
-// inactive splits: from their current values, as freed, or, with peaks,
-// from their peaks (which ResetPeak has just set to the current values).
-// p.mu and every queue cache's lock must be held.
-func (p *Pool) takeIdleSplit(s *Stats, cached map[*block]bool, peaks bool) {
-	idle, idleBytes := p.idleSplitLocked(cached)
-	for i, g := range []*StatGroup{&s.InactiveSplit, &s.InactiveSplitBytes} {
-		d := idle
-		if i == 1 {
-			d = idleBytes
-		}
-		if peaks {
-			g.Small.Peak -= d[0]
-			g.Large.Peak -= d[1]
-			g.All.Peak -= d[0] + d[1]
-			continue
-		}
-		g.Small.Current -= d[0]
-		g.Large.Current -= d[1]
-		g.All.Current -= d[0] + d[1]
-		g.Small.Freed += d[0]
-		g.Large.Freed += d[1]
-		g.All.Freed += d[0] + d[1]
-	}
 }
 
 // inUse reports whether a block of seg is handed out: active, and not in

@@ -38,9 +38,9 @@ var byteUnits = []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
 // As in torch, the three byte counts of a column share a unit, chosen by
 // the count for all blocks: B below 768 KiB, KiB below 768 MiB, MiB below
 // 768 GiB, and so on; a count is rounded to the nearest whole unit.
-// "Non-releasable memory" is Stats.InactiveSplitBytes: held blocks that
-// share their segment with other blocks, which FreeHeld cannot return to
-// the device.
+// "Non-releasable memory" is Stats.InactiveSplitBytes: held blocks of
+// segments that have a block in use, which FreeHeld cannot return to the
+// device.
 //
 // WriteSummary writes the whole table in one write, and returns its
 // error, if any.

@@ -24,6 +24,13 @@ type Segment[T comparable] struct {
 	// do not pin it (see Arena.find).
 	own bool
 
+	// What the pool notes of a segment, for its statistics: its split
+	// blocks handed out (Out) and held outside the policy (Held), and
+	// whether it is idle, Out 0 and Held not. The policies neither read
+	// nor change them.
+	Out, Held int32
+	Idle      bool
+
 	parked []parked[T] // caches of ranges that were blocks, for when they are again
 	blocks int         // how many blocks it is cut into
 	active int         // how many of them are active (arena)

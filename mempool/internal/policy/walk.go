@@ -33,6 +33,11 @@ func (s *Segment[T]) WhollyFree() bool {
 // Split reports whether the segment is cut into more than one block.
 func (s *Segment[T]) Split() bool { return s.blocks > 1 }
 
+// BlockCount returns how many blocks the segment is cut into, free ones
+// waiting unmerged included. It costs no walk: the policy counts them as
+// it splits and merges.
+func (s *Segment[T]) BlockCount() int { return s.blocks }
+
 // Own reports whether an arena made the segment for one large request
 // (over SmallRequest and its growth step): until it is wholly free, its
 // blocks serve only requests of at least the policy's OwnMin.
