@@ -577,51 +577,6 @@ func TestProbeCallsAnswerDuringALongAllocate(t *testing.T) {
 	}
 }
 
-// PROBE: an arena's block waiting in queue A's cache, while a slow
-// kernel on A still reads it, is the only free block when queue B asks:
-// the drain hands it to B, which must wait for A's kernel. (The
-// cross-queue tests skip arena/cached, where B is served from free space
-// instead.)
-func TestProbeArenaCachedBlockHandedOverWaitsForTheKernel(t *testing.T) {
-	q := cltest.Queue(t)
-	qa, qb := q, cltest.SecondQueue(t, q, 0)
-	k := cltest.SlowReadKernel(t, qa)
-	n, iters := 64, cltest.Size(qa, 100, 1000000)
-	out, err := qa.Context().CreateBuffer(cl.MemReadWrite, int64(4*n))
-	require.NoError(t, err)
-	defer out.Release()
-	corrupted := 0
-	trials := cltest.Size(qa, 2, 6)
-	for range trials {
-		p := pooltest.New(t, q, mempool.WithArena())
-		x, err := p.On(qa).Allocate(int64(4 * n))
-		require.NoError(t, err)
-		fill := fillSegmentOf(t, p, x)
-		require.NoError(t, qa.WriteBuffer(x.Base(), x.Offset(), cl.Bytes(allOnes(n))))
-		require.NoError(t, k.SetArgs(x.Buffer(), out, int32(iters)))
-		require.NoError(t, qa.EnqueueKernel(k, []int{n}, nil))
-		require.NoError(t, qa.Flush())
-		base, off := x.Base(), x.Offset()
-		require.NoError(t, x.Close()) // into A's cache
-
-		y, err := p.On(qb).Allocate(int64(4 * n))
-		require.NoError(t, err)
-		require.Same(t, base, y.Base(), "the test must exercise reuse")
-		require.Equal(t, off, y.Offset())
-		fillWait(t, qb, y, 7)
-		require.NoError(t, y.Close())
-		if slowReadCorrupted(t, qa, out, n, iters) {
-			corrupted++
-		}
-		qs := queueStats(t, p.Stats(), qb)
-		assert.Equal(t, int64(1), qs.Handovers)
-		for _, b := range fill {
-			require.NoError(t, b.Close())
-		}
-	}
-	assert.Zero(t, corrupted, "results corrupted by a reuse on another queue, of %d", trials)
-}
-
 // PROBE: goroutines on queues of their own (and on none) allocate and
 // close while two goroutines Close the pool at once, and a third reads
 // Stats: no call hangs, requests after the Close fail with ErrPoolClosed
