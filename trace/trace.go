@@ -607,35 +607,50 @@ type Summary struct {
 // right figure. The counts are of events and cannot overflow.
 func Summarize(events []Event) Summary {
 	var s Summary
-	var live, segLive wide
-	sizes := map[int64]int64{}
-	segSizes := map[int64]int64{}
+	blocks, segs := newTally(), newTally()
 	distinct := map[int64]bool{}
 	for _, ev := range events {
 		switch ev.Op {
 		case Alloc:
-			s.Allocs++
-			sizes[ev.ID] = ev.Size
+			blocks.alloc(ev)
 			distinct[ev.Size] = true
-			live.add(ev.Size)
-			s.PeakLiveBytes = max(s.PeakLiveBytes, live.saturated())
 		case Free:
-			s.Frees++
-			live.sub(sizes[ev.ID])
-			delete(sizes, ev.ID)
+			blocks.free(ev)
 		case SegmentAlloc:
-			s.SegmentAllocs++
-			segSizes[ev.ID] = ev.Size
-			segLive.add(ev.Size)
-			s.PeakSegmentBytes = max(s.PeakSegmentBytes, segLive.saturated())
+			segs.alloc(ev)
 		case SegmentFree:
-			s.SegmentFrees++
-			segLive.sub(segSizes[ev.ID])
-			delete(segSizes, ev.ID)
+			segs.free(ev)
 		}
 	}
-	s.Leaked, s.Sizes = len(sizes), len(distinct)
+	s.Allocs, s.Frees, s.PeakLiveBytes = blocks.allocs, blocks.frees, blocks.peak
+	s.SegmentAllocs, s.SegmentFrees, s.PeakSegmentBytes = segs.allocs, segs.frees, segs.peak
+	s.Leaked, s.Sizes = len(blocks.sizes), len(distinct)
 	return s
+}
+
+// tally is Summarize's count of one kind of allocation (blocks, or
+// segments): allocations, frees, the sizes of those live by ID, and the
+// peak of their sum.
+type tally struct {
+	allocs, frees int
+	sizes         map[int64]int64
+	live          wide
+	peak          int64
+}
+
+func newTally() *tally { return &tally{sizes: map[int64]int64{}} }
+
+func (t *tally) alloc(ev Event) {
+	t.allocs++
+	t.sizes[ev.ID] = ev.Size
+	t.live.add(ev.Size)
+	t.peak = max(t.peak, t.live.saturated())
+}
+
+func (t *tally) free(ev Event) {
+	t.frees++
+	t.live.sub(t.sizes[ev.ID])
+	delete(t.sizes, ev.ID)
 }
 
 // wide is a 128-bit two's-complement integer, hi·2^64 + lo: Summarize's
