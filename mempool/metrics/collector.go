@@ -197,8 +197,8 @@ var groups = []struct {
 	{newStatDescs("requested_bytes", "Bytes requested for the blocks handed out", groupLabels), func(s *mempool.Stats) mempool.StatGroup { return s.RequestedBytes }},
 	{newStatDescs("active", "Active blocks", groupLabels), func(s *mempool.Stats) mempool.StatGroup { return s.Active }},
 	{newStatDescs("active_bytes", "Bytes of the active blocks", groupLabels), func(s *mempool.Stats) mempool.StatGroup { return s.ActiveBlockBytes }},
-	{newStatDescs("inactive_split", "Held blocks that share their segment with other blocks", groupLabels), func(s *mempool.Stats) mempool.StatGroup { return s.InactiveSplit }},
-	{newStatDescs("inactive_split_bytes", "Bytes of the held blocks that share their segment with other blocks", groupLabels), func(s *mempool.Stats) mempool.StatGroup { return s.InactiveSplitBytes }},
+	{newStatDescs("inactive_split", "Held blocks of segments that have a block in use (not releasable)", groupLabels), func(s *mempool.Stats) mempool.StatGroup { return s.InactiveSplit }},
+	{newStatDescs("inactive_split_bytes", "Bytes of the held blocks of segments that have a block in use", groupLabels), func(s *mempool.Stats) mempool.StatGroup { return s.InactiveSplitBytes }},
 	{newStatDescs("segment", "Device allocations the pool owns", groupLabels), func(s *mempool.Stats) mempool.StatGroup { return s.Segment }},
 	{newStatDescs("reserved_bytes", "Bytes of the device allocations the pool owns, with those in flight", groupLabels), func(s *mempool.Stats) mempool.StatGroup { return s.ReservedBytes }},
 }
