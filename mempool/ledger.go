@@ -165,19 +165,8 @@ func (l *ledger) sync(c *policy.Counts) {
 	l.s.HeldBlocks = c.FreeBlocks + l.cached + l.quar.blocks
 	l.s.HeldBytes = c.FreeBytes + l.cachedBytes + l.quar.bytes
 	small, large, smallBytes, largeBytes := l.splits(c)
-	g, gb := &l.s.InactiveSplit, &l.s.InactiveSplitBytes
-	if d := small - g.Small.Current; d != 0 {
-		g.move(false, d)
-	}
-	if d := large - g.Large.Current; d != 0 {
-		g.move(true, d)
-	}
-	if d := smallBytes - gb.Small.Current; d != 0 {
-		gb.move(false, d)
-	}
-	if d := largeBytes - gb.Large.Current; d != 0 {
-		gb.move(true, d)
-	}
+	l.s.InactiveSplit.set(small, large)
+	l.s.InactiveSplitBytes.set(smallBytes, largeBytes)
 }
 
 // flush brings in the sums of queue r's cache (qcache.go): the same

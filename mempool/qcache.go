@@ -35,8 +35,9 @@ import (
 // which lines up the finalizers of the queue's goroutines as p.mu does
 // on the pool's own path (see core.handOut).
 //
-// Lock order: a queue's c.mu, then p.mu; never the other way. A request
-// on no queue uses p.host's cache, as a queue's.
+// Lock order: a queue's c.mu, then p.mu; never the other way, but for a
+// try that does not wait (flushOthersLocked). A request on no queue uses
+// p.host's cache, as a queue's.
 
 // States of the queue caches, in Pool.cacheState: one word, moved
 // forward only.
@@ -269,6 +270,26 @@ func (p *Pool) lockFlushed(r *qstate) {
 	p.lock()
 	p.flushCacheLocked(r)
 	r.c.mu.Unlock()
+	p.flushOthersLocked(r)
+}
+
+// flushOthersLocked brings in the sums of every queue cache but r's
+// whose lock is free: their operations came before the one p.mu is
+// taken for (a cache whose lock is held is in the middle of one, which
+// runs concurrently with it). So a goroutine that closes a buffer on one
+// queue, then allocates on another, finds the peaks as if counted in
+// that order. p.mu must be held. It only tries each cache's lock, which
+// never waits: the lock order (c.mu, then p.mu) cannot deadlock.
+func (p *Pool) flushOthersLocked(r *qstate) {
+	if p.cacheState.Load() == cachesGone {
+		return
+	}
+	for _, qs := range p.cacheList() {
+		if qs != r && qs.c.mu.TryLock() {
+			p.flushCacheLocked(qs)
+			qs.c.mu.Unlock()
+		}
+	}
 }
 
 // cacheList returns every queue cache: p.host's and each queue's. It

@@ -74,6 +74,7 @@ func (p *Pool) giveBack(pb *PooledBuffer, size int64, hooks hookList, record boo
 		after = pb.event(FreeAfter, b) // before the core: an arena may merge b away
 	}
 	p.lock()
+	p.flushOthersLocked(pb.q) // pb.q's: flushed in give
 	if p.dropSafety {
 		runtime.SetFinalizer(pb, nil) // under p.mu: see core.handOut
 	}

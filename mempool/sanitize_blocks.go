@@ -127,11 +127,22 @@ func (p *Pool) giveBackSanitized(pb *PooledBuffer, sb *sanBlock, size int64, hoo
 		runtime.SetFinalizer(pb, nil) // under p.mu: see core.handOut
 	}
 	p.l.deactivate(b, size)
-	p.l.quarantine(b, 1)
 	leaving := s.enter(sb)
-	p.l.sync(p.pol.Counts())
+	var gone []*segment
+	if i := slices.Index(leaving, sb); i >= 0 && sb.poison == nil {
+		// Nothing to check (the pool is closed): b goes back at once,
+		// never counted as held in the quarantine.
+		leaving = slices.Delete(leaving, i, i+1)
+		s.mu.Lock()
+		s.quar = slices.DeleteFunc(s.quar, func(o *sanBlock) bool { return o == sb })
+		s.mu.Unlock()
+		gone = p.putFree(nil, b, pb.q, true)
+	} else {
+		p.l.quarantine(b, 1)
+	}
+	stale := p.forget()
 	p.mu.Unlock()
-	err := p.leaveQuarantine(leaving)
+	err := errors.Join(p.freeSegments(gone, stale), p.leaveQuarantine(leaving))
 	if sb.dropped {
 		s.mu.Lock()
 		s.report(Finding{Kind: Dropped, BlockID: sb.id, Size: sb.size, AllocSite: callsite.First(sb.alloc)})

@@ -119,6 +119,24 @@ func (g *StatGroup) move(large bool, n int64) {
 	}
 }
 
+// set moves Small and Large to small and large at once: All's peak is
+// their new sum's, never that of one new and one old.
+func (g *StatGroup) set(small, large int64) {
+	g.Small.moveTo(small)
+	g.Large.moveTo(large)
+	g.All.Peak = max(g.All.Peak, small+large)
+}
+
+// moveTo adds or takes away what brings Current to v.
+func (s *Stat) moveTo(v int64) {
+	switch d := v - s.Current; {
+	case d > 0:
+		s.add(d)
+	case d < 0:
+		s.sub(-d)
+	}
+}
+
 // current returns All.Current, which the pool does not keep.
 func (g *StatGroup) current() int64 { return g.Small.Current + g.Large.Current }
 
@@ -183,9 +201,15 @@ type Stats struct {
 	// they differ from allocation while freed blocks wait for other
 	// streams; a pool without queues hands a block back at once, so here
 	// they equal Allocation and AllocatedBytes.
-	Active             StatGroup
-	ActiveBlockBytes   StatGroup
-	InactiveSplit      StatGroup // held blocks of segments that have a block in use (inactive_split; see Snapshot's StateInactiveSplit)
+	Active           StatGroup
+	ActiveBlockBytes StatGroup
+	// InactiveSplit counts the held blocks of segments that have a block
+	// in use (inactive_split; see Snapshot's StateInactiveSplit), as they
+	// are cut: blocks that wait unmerged (in a queue's cache, or an
+	// arena's short lists) count one each, where torch, which merges a
+	// block given back at once, counts their run once. The bytes are
+	// torch's.
+	InactiveSplit      StatGroup
 	InactiveSplitBytes StatGroup // their bytes (inactive_split_bytes)
 	Segment            StatGroup // device allocations the pool owns (segment)
 	ReservedBytes      StatGroup // their sizes, once allocated (reserved_bytes)
