@@ -3,6 +3,7 @@ package mempool
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/clpool/clpool/mempool/internal/policy"
@@ -71,7 +72,11 @@ type qcache struct {
 
 	lastSize, lastN int64  // the last request's size and its block size
 	d               qdelta // operations not yet in the ledger
-	_               [64]byte
+
+	// ever is set at the first block put here, and never cleared:
+	// flushOthersLocked tries the locks of those caches only.
+	ever atomic.Bool
+	_    [64]byte
 }
 
 // qdelta sums a queue cache's operations for the ledger (ledger.flush).
@@ -220,6 +225,9 @@ func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 	}
 	// b.Uses stays empty while b waits: only r may still use it, and r
 	// reuses it in order. drainCaches records r's use when b leaves.
+	if !c.ever.Load() {
+		c.ever.Store(true)
+	}
 	c.blocks = append(c.blocks, b)
 	c.bytes += b.Size
 	c.d.put(b, size)
@@ -285,7 +293,7 @@ func (p *Pool) flushOthersLocked(r *qstate) {
 		return
 	}
 	for _, qs := range p.cacheList() {
-		if qs != r && qs.c.mu.TryLock() {
+		if qs != r && qs.c.ever.Load() && qs.c.mu.TryLock() {
 			p.flushCacheLocked(qs)
 			qs.c.mu.Unlock()
 		}
