@@ -51,8 +51,17 @@ func (p *Pool) give(pb *PooledBuffer, hooks hookList, record bool) error {
 		r.c.mu.Unlock()
 		return nil
 	}
+	if hooks == nil && p.san == nil {
+		// Nothing to call before the core: one hold of p.mu, taken
+		// before r's cache's lock is let go, brings in r's sums and
+		// takes the block back.
+		p.lock()
+		p.flushCacheLocked(r) // the ledger sees r's operations in order
+		r.c.mu.Unlock()
+		return p.takeBackThenUnlock(pb, size, record)
+	}
 	if r.c.d.ops() > 0 {
-		p.flushCache(r) // the ledger sees r's operations in order
+		p.flushCache(r)
 	}
 	r.c.mu.Unlock()
 	return p.giveBack(pb, size, hooks, record)
@@ -74,14 +83,7 @@ func (p *Pool) giveBack(pb *PooledBuffer, size int64, hooks hookList, record boo
 		after = pb.event(FreeAfter, b) // before the core: an arena may merge b away
 	}
 	p.lock()
-	p.flushOthersLocked(pb.q) // pb.q's: flushed in give
-	if p.dropSafety {
-		runtime.SetFinalizer(pb, nil) // under p.mu: see core.handOut
-	}
-	gone := p.takeBack(b, size, pb.q, record)
-	stale := p.forget()
-	p.mu.Unlock()
-	err := p.freeSegments(gone, stale)
+	err := p.takeBackThenUnlock(pb, size, record)
 	if hooks != nil {
 		after.Err = err
 		if herr := p.emit(hooks, after); hookErr == nil {
@@ -89,6 +91,20 @@ func (p *Pool) giveBack(pb *PooledBuffer, size int64, hooks hookList, record boo
 		}
 	}
 	return errors.Join(err, hookErr)
+}
+
+// takeBackThenUnlock gives pb's block, of a request of size, to the core
+// under p.mu, which must be held, lets go of it, and frees what the core
+// gave up.
+func (p *Pool) takeBackThenUnlock(pb *PooledBuffer, size int64, record bool) error {
+	p.flushOthersLocked(pb.q) // pb.q's: flushed in give
+	if p.dropSafety {
+		runtime.SetFinalizer(pb, nil) // under p.mu: see core.handOut
+	}
+	gone := p.takeBack(pb.blk, size, pb.q, record)
+	stale := p.forget()
+	p.mu.Unlock()
+	return p.freeSegments(gone, stale)
 }
 
 // freeSegments releases the sub-buffers of stale blocks, then gives the
