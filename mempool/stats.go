@@ -109,16 +109,6 @@ func (s *Stat) apply(d statDelta) {
 	s.Freed += d.freed
 }
 
-// move adds n if it is positive, takes -n away if negative.
-func (g *StatGroup) move(large bool, n int64) {
-	switch {
-	case n > 0:
-		g.add(large, n)
-	case n < 0:
-		g.sub(large, -n)
-	}
-}
-
 // set moves Small and Large to small and large at once: All's peak is
 // their new sum's, never that of one new and one old.
 func (g *StatGroup) set(small, large int64) {
