@@ -169,6 +169,48 @@ func (l *ledger) sync(c *policy.Counts) {
 	l.s.InactiveSplitBytes.set(smallBytes, largeBytes)
 }
 
+// qdelta sums a queue cache's operations for the ledger (ledger.flush).
+// The cache's blocks are all small (cacheMaxBlock), so only the small
+// halves of the statistics change. Every hit adds one allocation and
+// every put frees one, so the counts of hits, of operations and of blocks
+// into and out of the cache all follow from allocation's sums, and the
+// bytes into and out of it from allocated's: the hot path adds only what
+// it must. The split blocks that moved are listed (moves): whether each
+// one changes the inactive splits by itself or with its segment's other
+// blocks, only the ledger can tell.
+type qdelta struct {
+	allocation, allocated, requested statDelta   // the active blocks, their bytes, the bytes asked for
+	moves                            *splitMoves // nil where no block is a split (exact bins)
+}
+
+// ops returns how many operations d sums.
+func (d *qdelta) ops() int64 { return d.allocation.added + d.allocation.freed }
+
+// reset empties d, once the ledger has it.
+func (d *qdelta) reset() {
+	d.allocation, d.allocated, d.requested = statDelta{}, statDelta{}, statDelta{}
+	if d.moves != nil {
+		d.moves.reset()
+	}
+}
+
+// hit sums a request of size served by cached block b. Its caller lists
+// b's move if b is a split (splitMoves), so that hit and put are small
+// enough to be inlined.
+func (d *qdelta) hit(b *block, size int64) {
+	d.allocation.add(1)
+	d.allocated.add(b.Size)
+	d.requested.add(size)
+}
+
+// put sums block b, of a request of size, given back into the cache. Its
+// caller lists b's move if b is a split.
+func (d *qdelta) put(b *block, size int64) {
+	d.allocation.sub(1)
+	d.allocated.sub(b.Size)
+	d.requested.sub(size)
+}
+
 // flush brings in the sums of queue r's cache (qcache.go): the same
 // counts, peaks included, as the operations would have made one by one.
 // Its blocks are small. The policy has not changed since the last sync
