@@ -238,9 +238,11 @@
 // runtime's own lock for them costs far more contended).
 //
 // The counters still see every operation in each queue's order (summed,
-// and brought under the pool's lock every few dozen operations and before
-// Stats; a peak across queues can be off by what one queue's cache moved
-// since). A request the pool cannot otherwise serve, FreeHeld and the
+// and brought under the pool's lock every few dozen operations, before
+// Stats, and before any operation that takes the pool's lock, for every
+// cache not in use at that moment; so only a peak across queues used by
+// goroutines at once can be off, by what one queue's cache moved since).
+// A request the pool cannot otherwise serve, FreeHeld and the
 // out-of-memory ladder first give every cached block back to the pool, so
 // memory is still reused across queues. Blocks in a cache count as held;
 // in an arena they wait unmerged until then. A registered hook turns the
