@@ -21,9 +21,12 @@ import (
 // running sum reached, so that a queue's peaks come out as if counted one
 // by one) and brings it into the ledger under p.mu every flushOps
 // operations, before any operation of the queue that takes p.mu, and
-// before Stats. Across queues the sums arrive in batches, so a pool-wide
-// peak can be off by what one queue's cache moved since its last flush
-// (its blocks are at most cacheBlocks small ones). Blocks in a cache count
+// before Stats. An operation of any queue that takes p.mu also brings in
+// the other caches not in use at that moment (flushOthersLocked), so
+// that one goroutine's operations on several queues count in its order.
+// Across queues used by goroutines at once the sums still arrive in
+// batches, so a pool-wide peak can be off by what one queue's cache moved
+// since its last flush (its blocks are at most cacheBlocks small ones). Blocks in a cache count
 // as held: inactive splits if a block of their segment is in use, which
 // the ledger learns at the flush too (splits.go). A request the pool
 // cannot serve from what the policy holds first drains every cache back

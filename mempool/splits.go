@@ -32,8 +32,9 @@ import (
 // change of the policy. A hit or a put of a queue's cache stays off
 // p.mu: the cache lists its split blocks' moves under its own lock
 // (splitMoves), and the ledger replays them when it flushes the cache
-// (flushSplits). Across queues, the peaks can be off by what one cache
-// moved since its last flush, as its other sums' (see qcache.go).
+// (flushSplits). Across queues used by goroutines at once, the peaks can
+// be off by what one cache moved since its last flush, as its other
+// sums' (see qcache.go and flushOthersLocked).
 
 // moveOut counts n split blocks like b handed out (n < 0: given back, to
 // the policy or the quarantine). Other blocks are not counted, nor those
