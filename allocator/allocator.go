@@ -109,7 +109,17 @@ func (d *Deferred) Free(buf *cl.Buffer) error {
 	if buf.Context() != d.ctx {
 		return fmt.Errorf("allocator: Free: the %d-byte buffer was made in another context: %w", buf.Size(), cl.ErrInvalidContext)
 	}
-	return buf.Release()
+	return releaseOnce(buf)
+}
+
+// releaseOnce releases buf, or returns ErrFreed if another call did:
+// of two racing Frees of one buffer, one releases it.
+func releaseOnce(buf *cl.Buffer) error {
+	released, err := buf.TryRelease()
+	if !released && err == nil {
+		return ErrFreed
+	}
+	return err
 }
 
 // Immediate allocates like Deferred, then probes each new buffer by

@@ -38,8 +38,5 @@ func Free(buf *cl.Buffer) error {
 	if a, ok := owners.Load(buf); ok {
 		return a.(Allocator).Free(buf)
 	}
-	if buf.Released() {
-		return ErrFreed
-	}
-	return buf.Release()
+	return releaseOnce(buf)
 }

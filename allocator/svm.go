@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/clpool/clpool/cl"
@@ -149,6 +150,7 @@ type SVMBudget struct {
 	inner  SVMAllocator
 	budget int64
 	live   atomic.Int64
+	allocs sync.Map // *cl.SVM → struct{}: those handed out and not freed
 }
 
 // NewSVMBudget wraps a with a budget of the given bytes.
@@ -159,6 +161,9 @@ func NewSVMBudget(a SVMAllocator, budget int64) *SVMBudget {
 // Allocate reserves size bytes of the budget and allocates from the
 // wrapped allocator.
 func (b *SVMBudget) Allocate(size int64) (*cl.SVM, error) {
+	if b.inner == nil {
+		return nil, errNoInner("SVMBudget")
+	}
 	if size <= 0 {
 		return b.inner.Allocate(size)
 	}
@@ -170,17 +175,22 @@ func (b *SVMBudget) Allocate(size int64) (*cl.SVM, error) {
 		b.live.Add(-size)
 		return nil, err
 	}
+	b.allocs.Store(s, struct{}{})
 	return s, nil
 }
 
-// Free frees s and returns its bytes to the budget. An allocation freed
-// twice returns the wrapped allocator's error (ErrFreed) and returns no
-// bytes.
+// Free frees s and returns its bytes to the budget. An allocation b did
+// not hand out, or has freed, is refused with an error matching ErrFreed,
+// and changes nothing; of racing Frees of one allocation, one frees it.
 func (b *SVMBudget) Free(s *cl.SVM) error {
 	if s == nil {
 		return nil
 	}
+	if _, ok := b.allocs.LoadAndDelete(s); !ok {
+		return errNotHere("SVMBudget", s.Size())
+	}
 	if err := b.inner.Free(s); err != nil {
+		b.allocs.Store(s, struct{}{}) // still b's: a retry may free it
 		return err
 	}
 	b.live.Add(-s.Size())

@@ -19,6 +19,7 @@ type Budget struct {
 	inner  Allocator
 	budget int64
 	live   atomic.Int64
+	bufs   sync.Map // *cl.Buffer → struct{}: those handed out and not freed
 }
 
 // NewBudget wraps a with a budget of the given bytes.
@@ -30,6 +31,9 @@ func NewBudget(a Allocator, budget int64) *Budget {
 // wrapped allocator. The check cannot overflow: a request near
 // math.MaxInt64 is refused like any other that does not fit.
 func (b *Budget) Allocate(size int64) (*cl.Buffer, error) {
+	if b.inner == nil {
+		return nil, errNoInner("Budget")
+	}
 	if size <= 0 {
 		return b.inner.Allocate(size)
 	}
@@ -41,8 +45,20 @@ func (b *Budget) Allocate(size int64) (*cl.Buffer, error) {
 		b.live.Add(-size)
 		return nil, err
 	}
+	b.bufs.Store(buf, struct{}{})
 	own(buf, b)
 	return buf, nil
+}
+
+// errNoInner is the error of a wrapper made over a nil allocator.
+func errNoInner(wrapper string) error {
+	return fmt.Errorf("allocator: %s wraps a nil allocator: %w", wrapper, cl.ErrInvalidValue)
+}
+
+// errNotHere is the error of a Free of a buffer the wrapper did not hand
+// out, or has freed.
+func errNotHere(wrapper string, size int64) error {
+	return fmt.Errorf("allocator: %s.Free: the %d-byte buffer is not one it handed out, or was freed: %w", wrapper, size, ErrFreed)
 }
 
 // reserve takes size bytes of b's budget; see the function reserve.
@@ -79,12 +95,18 @@ func (r *refusal) Error() string        { return r.err.Error() }
 func (r *refusal) Unwrap() error        { return r.err }
 func (r *refusal) Is(target error) bool { return target == ErrOutOfMemory }
 
-// Free frees buf and returns its bytes to the budget.
+// Free frees buf and returns its bytes to the budget. A buffer b did not
+// hand out, or has freed, is refused with an error matching ErrFreed, and
+// changes nothing; of racing Frees of one buffer, one frees it.
 func (b *Budget) Free(buf *cl.Buffer) error {
 	if buf == nil {
 		return nil
 	}
+	if _, ok := b.bufs.LoadAndDelete(buf); !ok {
+		return errNotHere("Budget", buf.Size())
+	}
 	if err := b.inner.Free(buf); err != nil {
+		b.bufs.Store(buf, struct{}{}) // still b's: a retry may free it
 		return err
 	}
 	disown(buf)
@@ -127,6 +149,9 @@ func NewCounting(a Allocator) *Counting {
 
 // Allocate allocates from the wrapped allocator and counts the buffer.
 func (c *Counting) Allocate(size int64) (*cl.Buffer, error) {
+	if c.inner == nil {
+		return nil, errNoInner("Counting")
+	}
 	buf, err := c.inner.Allocate(size)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -144,7 +169,8 @@ func (c *Counting) Allocate(size int64) (*cl.Buffer, error) {
 	return buf, nil
 }
 
-// Free frees buf through the wrapped allocator, once.
+// Free frees buf through the wrapped allocator, once. A free the wrapped
+// allocator fails leaves buf counted live, for a retry.
 func (c *Counting) Free(buf *cl.Buffer) error {
 	if buf == nil {
 		return nil
@@ -155,13 +181,20 @@ func (c *Counting) Free(buf *cl.Buffer) error {
 		c.mu.Unlock()
 		return ErrFreed
 	}
-	delete(c.live, buf)
+	delete(c.live, buf) // claimed: a racing Free of buf is a bad free
+	c.mu.Unlock()
+	err := c.inner.Free(buf)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.live[buf] = struct{}{}
+		return err
+	}
 	disown(buf)
 	c.stats.Frees++
 	c.stats.Live--
 	c.stats.LiveBytes -= buf.Size()
-	c.mu.Unlock()
-	return c.inner.Free(buf)
+	return nil
 }
 
 // Stats returns the counts now.

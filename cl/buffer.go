@@ -353,11 +353,19 @@ func (b *Buffer) Info() (BufferInfo, error) {
 // Release releases the buffer. It is idempotent: later calls return nil.
 // A nil Buffer returns an error matching ErrInvalidMemObject.
 func (b *Buffer) Release() error {
+	_, err := b.TryRelease()
+	return err
+}
+
+// TryRelease releases the buffer unless a call already did, and reports
+// whether this one did: of racing calls, exactly one does. A nil Buffer
+// returns false and an error matching ErrInvalidMemObject.
+func (b *Buffer) TryRelease() (bool, error) {
 	if b == nil {
-		return misuse("clReleaseMemObject", ErrInvalidMemObject, "buffer is nil")
+		return false, misuse("clReleaseMemObject", ErrInvalidMemObject, "buffer is nil")
 	}
 	if !b.released.CompareAndSwap(false, true) {
-		return nil
+		return false, nil
 	}
 	if b.ctx.serial {
 		serialMu.Lock()
@@ -365,7 +373,7 @@ func (b *Buffer) Release() error {
 	}
 	err := callErr("clReleaseMemObject", int32(C.clReleaseMemObject(b.mem)))
 	runtime.KeepAlive(b)
-	return err
+	return true, err
 }
 
 // aligned reports whether origin suits the base-address alignment of at
