@@ -32,6 +32,8 @@ type Block interface {
 
 // Alloc is an allocator as arrays keep it. A nil Alloc, given to a
 // constructor, stands for the default allocator (see SetDefaultAllocator).
+// A call whose allocator panics, or returns a block of fewer bytes than
+// it asked for (the block is closed), fails with an error.
 type Alloc func(size int64) (Block, error)
 
 // Sentinel errors of misused arrays. Match them with errors.Is. The
@@ -101,7 +103,7 @@ type SVMBased interface {
 // newStorage returns the storage of a new array over b on q, or the error
 // of memory that cannot serve: none, of another context, or at an offset
 // that is not a whole number of elements.
-func newStorage[T Elem](b Block, q *cl.CommandQueue) (*storage, error) {
+func newStorage[T Elem](b Block, q *cl.CommandQueue, size int64) (*storage, error) {
 	mem, off := memoryOf(b)
 	if err := mem.check(q); err != nil {
 		return nil, err
@@ -109,9 +111,23 @@ func newStorage[T Elem](b Block, q *cl.CommandQueue) (*storage, error) {
 	if off < 0 || off%elemSize[T]() != 0 {
 		return nil, fmt.Errorf("the allocator's block is at byte offset %d, not a multiple of the %d-byte %T elements", off, elemSize[T](), *new(T))
 	}
+	if has := blockBytes(b, mem, off); has < size {
+		return nil, fmt.Errorf("the allocator's block has %d bytes, not the %d asked for: %w", has, size, cl.ErrInvalidBufferSize)
+	}
 	s := &storage{block: b, mem: mem, start: int(off / elemSize[T]())}
 	s.refs.Store(1)
 	return s, nil
+}
+
+// blockBytes returns the bytes block b, at offset off in mem, has for
+// the array: its own Size if it tells one (a pooled block), and at most
+// what mem holds past off.
+func blockBytes(b Block, mem memory, off int64) int64 {
+	n := mem.size() - off
+	if s, ok := b.(interface{ Size() int64 }); ok {
+		n = min(n, s.Size())
+	}
+	return n
 }
 
 // adapt turns any allocator function into an Alloc; nil stays nil (the
@@ -190,7 +206,7 @@ func newArray[T Elem](op string, q *cl.CommandQueue, n int, alloc Alloc) (*Array
 	if err != nil {
 		return nil, fmt.Errorf("array: %s: allocating %d %T elements (%d bytes): %w", op, n, *new(T), size, err)
 	}
-	if a.store, err = newStorage[T](b, q); err != nil {
+	if a.store, err = newStorage[T](b, q, size); err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("array: %s: %w", op, err)
 	}
@@ -231,7 +247,7 @@ func (e outOfMemory) Is(target error) bool { return target == allocator.ErrOutOf
 // allocate asks alloc for size bytes for an array on q, and returns the
 // block as the array keeps it.
 func allocate(alloc Alloc, size int64, q *cl.CommandQueue) (Block, error) {
-	b, err := alloc(size)
+	b, err := callAlloc(alloc, size)
 	if err != nil {
 		return nil, err
 	}
@@ -246,6 +262,16 @@ func allocate(alloc Alloc, size int64, q *cl.CommandQueue) (Block, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// callAlloc calls alloc, and turns a panic in it into an error.
+func callAlloc(alloc Alloc, size int64) (b Block, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			b, err = nil, fmt.Errorf("the allocator panicked: %v", v)
+		}
+	}()
+	return alloc(size)
 }
 
 // queued is a Block that knows the queue it was allocated for and can

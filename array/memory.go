@@ -29,6 +29,14 @@ func memoryOf(b Block) (memory, int64) {
 	return memory{buf: b.Buffer()}, 0
 }
 
+// size returns the bytes of the memory.
+func (m memory) size() int64 {
+	if m.svm != nil {
+		return m.svm.Size()
+	}
+	return m.buf.Size()
+}
+
 // check refuses memory that is neither a buffer nor SVM, or that is of
 // another context than q (a default allocator set for one context, used on
 // a queue of another).

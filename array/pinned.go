@@ -168,13 +168,21 @@ func NewPinnedSlice[T Elem](s *Staging, n int) (*PinnedSlice[T], error) {
 	return &PinnedSlice[T]{data: data, block: block}, nil
 }
 
-// Data returns the elements; nil after Close.
-func (p *PinnedSlice[T]) Data() []T { return p.data }
+// Data returns the elements; nil after Close, and for a nil PinnedSlice.
+func (p *PinnedSlice[T]) Data() []T {
+	if p == nil {
+		return nil
+	}
+	return p.data
+}
 
 // Close gives the memory back to the Staging's allocator. The transfers
 // that use Data must have completed (GetInto and SetFrom have, on return).
-// A second Close returns ErrClosed.
+// A second Close returns ErrClosed; a nil PinnedSlice, ErrNilArray.
 func (p *PinnedSlice[T]) Close() error {
+	if p == nil {
+		return fmt.Errorf("array: PinnedSlice.Close: nil PinnedSlice: %w", ErrNilArray)
+	}
 	if p.block == nil {
 		return fmt.Errorf("array: PinnedSlice.Close: %w", ErrClosed)
 	}
