@@ -350,29 +350,20 @@ func hlStorm(t *testing.T, c hlConfig, p *mempool.Pool, queues []*cl.CommandQueu
 
 // TestHostileLocksStorm: workers on every queue against the chaos of
 // hlStorm; no hang, no race, and at the end the figures count exactly
-// what is open, and everything is freed once.
+// what is open, and everything is freed once. With closeMid, one worker
+// closes the pool halfway: the others' requests after it fail with
+// ErrPoolClosed, their Closes free at once, and nothing is left
+// allocated.
 func TestHostileLocksStorm(t *testing.T) {
-	for _, c := range hlConfigs {
-		t.Run(c.name, func(t *testing.T) {
-			hlWatchdog(t, 20*time.Second)
-			queues := hlQueues(t)
-			p, _ := hlPool(t, queues[0], nil, c.opts()...)
-			hlStorm(t, c, p, queues[1:], false)
-		})
-	}
-}
-
-// TestHostileLocksPoolCloseMidStorm: hlStorm with the pool closed by one
-// worker halfway: the others' requests after it fail with ErrPoolClosed,
-// their Closes free at once, and nothing is left allocated.
-func TestHostileLocksPoolCloseMidStorm(t *testing.T) {
-	for _, c := range hlConfigs {
-		t.Run(c.name, func(t *testing.T) {
-			hlWatchdog(t, 20*time.Second)
-			queues := hlQueues(t)
-			p, _ := hlPool(t, queues[0], nil, c.opts()...)
-			hlStorm(t, c, p, queues[1:], true)
-		})
+	for _, closeMid := range []bool{false, true} {
+		for _, c := range hlConfigs {
+			t.Run(fmt.Sprintf("%s/closeMid=%v", c.name, closeMid), func(t *testing.T) {
+				hlWatchdog(t, 20*time.Second)
+				queues := hlQueues(t)
+				p, _ := hlPool(t, queues[0], nil, c.opts()...)
+				hlStorm(t, c, p, queues[1:], closeMid)
+			})
+		}
 	}
 }
 
