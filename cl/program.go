@@ -164,6 +164,9 @@ func (k *Kernel) SetArg(i int, v any) error {
 	case *SVM:
 		return k.SetArgSVMPointer(i, x, 0)
 	case LocalMem:
+		if x < 0 {
+			return misuse(call, ErrInvalidArgSize, fmt.Sprintf("argument %d of %s: %d bytes of local memory", i, k.name, x))
+		}
 		size = uintptr(x)
 	case int8:
 		size, p = unsafe.Sizeof(x), unsafe.Pointer(&x)

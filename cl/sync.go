@@ -6,8 +6,11 @@ package cl
 import "C"
 
 import (
+	"fmt"
+	"os"
 	"runtime"
 	"runtime/cgo"
+	"runtime/debug"
 )
 
 // This file is what orders commands across queues: markers and barriers
@@ -84,7 +87,9 @@ func (e *Event) Done() (bool, error) {
 // OnComplete arranges for f to be called, on a new goroutine, once the
 // command completes or ends with an error (the status says which). The
 // event may be released meanwhile: the runtime keeps the command until it
-// has called back.
+// has called back. A panic in f is recovered and written to standard
+// error with its stack, as net/http does for a handler's: on a goroutine
+// the caller never started, it would end the program.
 func (e *Event) OnComplete(f func(ExecStatus)) error {
 	if e == nil || e.released.Load() {
 		return misuse("clSetEventCallback", ErrInvalidEvent, "event is nil or released")
@@ -111,7 +116,17 @@ func clpoolEventDone(status C.cl_int, h C.uintptr_t) {
 	handle := cgo.Handle(h)
 	f := handle.Value().(func(ExecStatus))
 	handle.Delete()
-	go f(ExecStatus(status)) // not on the runtime's thread, which may hold its locks (or ours)
+	go callBack(f, ExecStatus(status)) // not on the runtime's thread, which may hold its locks (or ours)
+}
+
+// callBack calls an OnComplete callback, and reports a panic in it.
+func callBack(f func(ExecStatus), status ExecStatus) {
+	defer func() {
+		if v := recover(); v != nil {
+			fmt.Fprintf(os.Stderr, "cl: an OnComplete callback panicked: %v\n%s", v, debug.Stack())
+		}
+	}()
+	f(status)
 }
 
 // MigrationFlags say how EnqueueMigrate moves buffers (cl_mem_migration_flags).

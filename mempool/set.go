@@ -70,7 +70,8 @@ type setEntry struct {
 // allocator.Immediate of cl.MemReadWrite buffers on the first queue asked.
 // The options are checked when the first pool is made: a bad one fails the
 // first request. newAlloc is called with the set's lock held, and must not
-// call the Set.
+// call the Set; if it panics, the request fails with an error matching
+// ErrPanicked, and no pool is made.
 func NewSet(newAlloc NewAllocFunc, opts ...Option) *Set {
 	if newAlloc == nil {
 		newAlloc = func(q *cl.CommandQueue) (allocator.Allocator, error) {
@@ -138,6 +139,17 @@ func (s *Set) Pool(q *cl.CommandQueue) (*Pool, error) { return s.poolOf("Pool", 
 
 // poolOf returns the pool of q's context, made at its first use; call
 // names the method asked, for errors.
+// callNewSource calls s.newSource, and turns a panic in it (the user's
+// function that makes an allocator) into an error matching ErrPanicked.
+func (s *Set) callNewSource(q *cl.CommandQueue) (src source, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			src, err = nil, recovered(v, "Set's allocator function")
+		}
+	}()
+	return s.newSource(q)
+}
+
 func (s *Set) poolOf(call string, q *cl.CommandQueue) (*Pool, error) {
 	if q == nil {
 		return nil, fmt.Errorf("mempool: Set.%s(nil): %w", call, cl.ErrInvalidCommandQueue)
@@ -151,7 +163,7 @@ func (s *Set) poolOf(call string, q *cl.CommandQueue) (*Pool, error) {
 	if p := s.pools[ctx]; p != nil {
 		return p, nil
 	}
-	src, err := s.newSource(q)
+	src, err := s.callNewSource(q)
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("mempool: Set.%s: making the allocator of %v's pool: %w", call, q.Device(), err)
