@@ -136,7 +136,8 @@ func (k *Kernel) Name() string {
 	return k.name
 }
 
-// LocalMem is a kernel argument of local memory of the given byte size.
+// LocalMem is a kernel argument of local memory of the given byte size,
+// which must be positive (else SetArg returns ErrInvalidArgSize).
 type LocalMem int
 
 // SetArg sets argument i. The value's Go type picks the C type: *Buffer
@@ -164,7 +165,7 @@ func (k *Kernel) SetArg(i int, v any) error {
 	case *SVM:
 		return k.SetArgSVMPointer(i, x, 0)
 	case LocalMem:
-		if x < 0 {
+		if x <= 0 { // the spec's CL_INVALID_ARG_SIZE, which not every runtime checks
 			return misuse(call, ErrInvalidArgSize, fmt.Sprintf("argument %d of %s: %d bytes of local memory", i, k.name, x))
 		}
 		size = uintptr(x)

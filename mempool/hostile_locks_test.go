@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -25,21 +24,6 @@ import (
 	"github.com/clpool/clpool/internal/pooltest"
 	"github.com/clpool/clpool/mempool"
 )
-
-// hlWatchdog crashes the test binary, printing every goroutine's stack,
-// if the test (cleanups included) has not ended within d. Call it first
-// in a test, so that its stop is the last cleanup to run.
-func hlWatchdog(t *testing.T, d time.Duration) {
-	t.Helper()
-	name := t.Name()
-	timer := time.AfterFunc(d, func() {
-		buf := make([]byte, 16<<20)
-		n := runtime.Stack(buf, true)
-		fmt.Fprintf(os.Stderr, "\n=== %s: HUNG for %v; every goroutine:\n%s\n", name, d, buf[:n])
-		panic(name + ": hang (watchdog)")
-	})
-	t.Cleanup(func() { timer.Stop() })
-}
 
 // hlErrs collects failures from goroutines other than the test's.
 type hlErrs struct {
@@ -358,7 +342,7 @@ func TestHostileLocksStorm(t *testing.T) {
 	for _, closeMid := range []bool{false, true} {
 		for _, c := range hlConfigs {
 			t.Run(fmt.Sprintf("%s/closeMid=%v", c.name, closeMid), func(t *testing.T) {
-				hlWatchdog(t, 20*time.Second)
+				cltest.Watchdog(t, 20*time.Second)
 				queues := hlQueues(t)
 				p, _ := hlPool(t, queues[0], nil, c.opts()...)
 				hlStorm(t, c, p, queues[1:], closeMid)
@@ -420,7 +404,7 @@ func TestHostileLocksOOMServedFromOtherCache(t *testing.T) {
 	for _, by := range []string{"limit", "budget"} {
 		for _, drop := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/drop=%v", by, drop), func(t *testing.T) {
-				hlWatchdog(t, 20*time.Second)
+				cltest.Watchdog(t, 20*time.Second)
 				queues := hlQueues(t)
 				bs := allocSize(4096)
 				big := int64(8000)
@@ -477,7 +461,7 @@ func TestHostileLocksOOMConcurrentCaches(t *testing.T) {
 	for _, by := range []string{"limit", "budget"} {
 		for _, drop := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/drop=%v", by, drop), func(t *testing.T) {
-				hlWatchdog(t, 20*time.Second)
+				cltest.Watchdog(t, 20*time.Second)
 				queues := hlQueues(t)
 				sizes := []int64{4096, 8192, 3000, 20000}
 				const k = 3
@@ -550,7 +534,7 @@ func TestHostileLocksOOMArenaMergeNeedsOtherCache(t *testing.T) {
 	for _, by := range []string{"limit", "budget"} {
 		for _, drop := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/drop=%v", by, drop), func(t *testing.T) {
-				hlWatchdog(t, 20*time.Second)
+				cltest.Watchdog(t, 20*time.Second)
 				queues := hlQueues(t)
 				// The segment of a small request, from a pool of its own.
 				probe, _ := hlPool(t, queues[0], nil, mempool.WithArena())
@@ -598,7 +582,7 @@ func TestHostileLocksOOMRotatingSizes(t *testing.T) {
 	for _, by := range []string{"limit", "budget"} {
 		for _, drop := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/drop=%v", by, drop), func(t *testing.T) {
-				hlWatchdog(t, 20*time.Second)
+				cltest.Watchdog(t, 20*time.Second)
 				queues := hlQueues(t)
 				sizes := []int64{33000, 40000, 48000, 56000, 65536, 20000}
 				const k, n = 3, 3

@@ -3,7 +3,6 @@ package mempool_test
 import (
 	"errors"
 	"math"
-	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -16,24 +15,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// hostileSetWatchdog fails the test with every goroutine's stack if it
-// runs past 15 s.
-func hostileSetWatchdog(t *testing.T) {
-	t.Helper()
-	done := make(chan struct{})
-	t.Cleanup(func() { close(done) })
-	go func() {
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			buf := make([]byte, 1<<20)
-			n := runtime.Stack(buf, true)
-			os.Stderr.Write(buf[:n])
-			panic("hostile test hung for 15 s: " + t.Name())
-		}
-	}()
-}
 
 // hostileCountingSet is a Set whose pools are over allocator.Counting
 // allocators; when the test ends (after closing the set) it checks that
@@ -73,7 +54,7 @@ func hostileCountingSet(t *testing.T, opts ...mempool.Option) (*mempool.Set, fun
 // A nil queue: a clear error matching ErrInvalidCommandQueue, naming the
 // call, and no pool made.
 func TestHostileSetNilQueue(t *testing.T) {
-	hostileSetWatchdog(t)
+	cltest.Watchdog(t, 15*time.Second)
 	s, _ := hostileCountingSet(t)
 	_, err := s.On(nil).Allocate(64)
 	require.ErrorIs(t, err, cl.ErrInvalidCommandQueue)
@@ -88,7 +69,7 @@ func TestHostileSetNilQueue(t *testing.T) {
 
 // Bad sizes through a Set: an error, nothing allocated, nothing changed.
 func TestHostileSetBadSizes(t *testing.T) {
-	hostileSetWatchdog(t)
+	cltest.Watchdog(t, 15*time.Second)
 	q := cltest.Queue(t)
 	s, counts := hostileCountingSet(t)
 	a := s.On(q)
@@ -112,7 +93,7 @@ func TestHostileSetBadSizes(t *testing.T) {
 
 // Negative limits change nothing; MaxInt64 is a legal (huge) limit.
 func TestHostileSetLimits(t *testing.T) {
-	hostileSetWatchdog(t)
+	cltest.Watchdog(t, 15*time.Second)
 	q := cltest.Queue(t)
 	s, _ := hostileCountingSet(t)
 	require.NoError(t, s.SetLimit(q.Context(), 1<<20))
@@ -130,7 +111,7 @@ func TestHostileSetLimits(t *testing.T) {
 // Queues of the same context share one pool; a queue of another context
 // gets a pool of its own; the same queue twice is the same pool.
 func TestHostileSetContexts(t *testing.T) {
-	hostileSetWatchdog(t)
+	cltest.Watchdog(t, 15*time.Second)
 	q := cltest.Queue(t)
 	q2 := cltest.SecondQueue(t, q, 0)
 	ctx, err := cl.CreateContext(q.Device())
@@ -170,7 +151,7 @@ func TestHostileSetContexts(t *testing.T) {
 // An allocator made in another context than the queue's: ErrQueueMismatch,
 // and no pool is kept.
 func TestHostileSetAllocatorOfAnotherContext(t *testing.T) {
-	hostileSetWatchdog(t)
+	cltest.Watchdog(t, 15*time.Second)
 	q := cltest.Queue(t)
 	ctx, err := cl.CreateContext(q.Device())
 	require.NoError(t, err)
@@ -189,7 +170,7 @@ func TestHostileSetAllocatorOfAnotherContext(t *testing.T) {
 
 // newAlloc returning (nil, nil): a clear error, and the set is unchanged.
 func TestHostileSetNilAllocator(t *testing.T) {
-	hostileSetWatchdog(t)
+	cltest.Watchdog(t, 15*time.Second)
 	q := cltest.Queue(t)
 	calls := 0
 	s := mempool.NewSet(func(q *cl.CommandQueue) (allocator.Allocator, error) {
@@ -211,7 +192,7 @@ func TestHostileSetNilAllocator(t *testing.T) {
 // A bad option fails the first request, and every later one, with the
 // same clear error; it makes no pool.
 func TestHostileSetBadOption(t *testing.T) {
-	hostileSetWatchdog(t)
+	cltest.Watchdog(t, 15*time.Second)
 	q := cltest.Queue(t)
 	s, counts := hostileCountingSet(t, mempool.WithLimit(-5))
 	for range 2 {
@@ -228,7 +209,7 @@ func TestHostileSetBadOption(t *testing.T) {
 // gets a clear error (the pool turns a panicking allocator into an error
 // matching ErrPanicked) and changes nothing.
 func TestHostileSetPanickingNewAlloc(t *testing.T) {
-	hostileSetWatchdog(t)
+	cltest.Watchdog(t, 15*time.Second)
 	q := cltest.Queue(t)
 	panics := true
 	s := mempool.NewSet(func(q *cl.CommandQueue) (allocator.Allocator, error) {
@@ -258,7 +239,7 @@ func TestHostileSetPanickingNewAlloc(t *testing.T) {
 // After Close: every request is refused with ErrPoolClosed, a second Close
 // returns nil, and the statistics show nothing held.
 func TestHostileSetAfterClose(t *testing.T) {
-	hostileSetWatchdog(t)
+	cltest.Watchdog(t, 15*time.Second)
 	q := cltest.Queue(t)
 	s, _ := hostileCountingSet(t)
 	b, err := s.On(q).Allocate(1000)
@@ -295,7 +276,7 @@ func TestHostileSetAfterClose(t *testing.T) {
 // Close races Allocate and buffer Closes: every Allocate either succeeds
 // or fails with ErrPoolClosed, nothing leaks, nothing is freed twice.
 func TestHostileSetCloseRacesAllocate(t *testing.T) {
-	hostileSetWatchdog(t)
+	cltest.Watchdog(t, 15*time.Second)
 	q := cltest.Queue(t)
 	q2 := cltest.SecondQueue(t, q, 0)
 	for round := range 5 {
@@ -351,7 +332,7 @@ func TestHostileSetCloseRacesAllocate(t *testing.T) {
 
 // Concurrent Close of one Set: exactly one does the work, all return nil.
 func TestHostileSetConcurrentClose(t *testing.T) {
-	hostileSetWatchdog(t)
+	cltest.Watchdog(t, 15*time.Second)
 	q := cltest.Queue(t)
 	s, _ := hostileCountingSet(t)
 	b, err := s.On(q).Allocate(64)
@@ -373,7 +354,7 @@ func TestHostileSetConcurrentClose(t *testing.T) {
 
 // Bad sizes on an SVM pool: an error, nothing allocated.
 func TestHostileSetSVMBadSizes(t *testing.T) {
-	hostileSetWatchdog(t)
+	cltest.Watchdog(t, 15*time.Second)
 	f := newSVMFixture(t, false, nil)
 	for _, n := range []int64{-1, math.MinInt64, math.MaxInt64, f.q.Context().MaxMemAllocSize() + 1} {
 		b, err := f.pool.Allocate(n)
@@ -392,7 +373,7 @@ func TestHostileSetSVMBadSizes(t *testing.T) {
 
 // Double Close of a pooled SVM block, and Close after the pool's Close.
 func TestHostileSetSVMDoubleCloseAndAfterPoolClose(t *testing.T) {
-	hostileSetWatchdog(t)
+	cltest.Watchdog(t, 15*time.Second)
 	f := newSVMFixture(t, false, nil)
 	b, err := f.pool.Allocate(256)
 	require.NoError(t, err)
@@ -418,7 +399,7 @@ func TestHostileSetSVMDoubleCloseAndAfterPoolClose(t *testing.T) {
 
 // Concurrent use of an SVM pool with a Close in the middle.
 func TestHostileSetSVMConcurrent(t *testing.T) {
-	hostileSetWatchdog(t)
+	cltest.Watchdog(t, 15*time.Second)
 	f := newSVMFixture(t, false, nil)
 	var wg sync.WaitGroup
 	errs := make(chan error, 1000)
@@ -457,7 +438,7 @@ func TestHostileSetSVMConcurrent(t *testing.T) {
 
 // An SVM set: double Close, after-Close refusal, nothing leaks.
 func TestHostileSetSVMSet(t *testing.T) {
-	hostileSetWatchdog(t)
+	cltest.Watchdog(t, 15*time.Second)
 	q := cltest.SVMQueue(t, cl.SVMCoarseGrainBuffer)
 	var count *svmCounting
 	s := mempool.NewSVMSet(func(q *cl.CommandQueue) (allocator.SVMAllocator, error) {
