@@ -22,7 +22,7 @@ import (
 // by one) and brings it into the ledger under p.mu every flushOps
 // operations, before any operation of the queue that takes p.mu, and
 // before Stats. An operation of any queue that takes p.mu also brings in
-// the other caches not in use at that moment (flushOthersLocked), so
+// the other caches not in use at that moment (flushIdleCaches), so
 // that one goroutine's operations on several queues count in its order.
 // Across queues used by goroutines at once the sums still arrive in
 // batches, so a pool-wide peak can be off by what one queue's cache moved
@@ -40,7 +40,7 @@ import (
 // on the pool's own path (see core.handOut).
 //
 // Lock order: a queue's c.mu, then p.mu; never the other way, but for a
-// try that does not wait (flushOthersLocked). A request on no queue uses
+// try that does not wait (flushIdleCaches). A request on no queue uses
 // p.host's cache, as a queue's.
 
 // States of the queue caches, in Pool.cacheState: one word, moved
@@ -77,7 +77,7 @@ type qcache struct {
 	d               qdelta // operations not yet in the ledger
 
 	// ever is set at the first block put here, and never cleared:
-	// flushOthersLocked tries the locks of those caches only.
+	// flushIdleCaches tries the locks of those caches only.
 	ever atomic.Bool
 	_    [64]byte
 }
@@ -239,17 +239,17 @@ func (p *Pool) lockFlushed(r *qstate) {
 	p.lock()
 	p.flushCacheLocked(r)
 	r.c.mu.Unlock()
-	p.flushOthersLocked(r)
+	p.flushIdleCaches(r)
 }
 
-// flushOthersLocked brings in the sums of every queue cache but r's
+// flushIdleCaches brings in the sums of every queue cache but r's
 // whose lock is free: their operations came before the one p.mu is
 // taken for (a cache whose lock is held is in the middle of one, which
 // runs concurrently with it). So a goroutine that closes a buffer on one
 // queue, then allocates on another, finds the peaks as if counted in
 // that order. p.mu must be held. It only tries each cache's lock, which
 // never waits: the lock order (c.mu, then p.mu) cannot deadlock.
-func (p *Pool) flushOthersLocked(r *qstate) {
+func (p *Pool) flushIdleCaches(r *qstate) {
 	if p.cacheState.Load() == cachesGone {
 		return
 	}

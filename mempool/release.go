@@ -97,7 +97,7 @@ func (p *Pool) giveBack(pb *PooledBuffer, size int64, hooks hookList, record boo
 // under p.mu, which must be held, lets go of it, and frees what the core
 // gave up.
 func (p *Pool) takeBackThenUnlock(pb *PooledBuffer, size int64, record bool) error {
-	p.flushOthersLocked(pb.q) // pb.q's: flushed in give
+	p.flushIdleCaches(pb.q) // pb.q's: flushed in give
 	if p.dropSafety {
 		runtime.SetFinalizer(pb, nil) // under p.mu: see core.handOut
 	}

@@ -34,7 +34,7 @@ import (
 // (splitMoves), and the ledger replays them when it flushes the cache
 // (flushSplits). Across queues used by goroutines at once, the peaks can
 // be off by what one cache moved since its last flush, as its other
-// sums' (see qcache.go and flushOthersLocked).
+// sums' (see qcache.go and flushIdleCaches).
 
 // moveOut counts n split blocks like b handed out (n < 0: given back, to
 // the policy or the quarantine). Other blocks are not counted, nor those
