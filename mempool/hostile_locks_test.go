@@ -351,6 +351,34 @@ func TestHostileLocksStorm(t *testing.T) {
 	}
 }
 
+// hlWorker runs ops steps of one goroutine: at each, with up to k of its
+// buffers open, it closes one of them at random (always at k, else on a
+// coin's toss) or allocates size(op) bytes with alloc, telling failed of
+// a request that fails; at the end it closes what is left open.
+func hlWorker(rng *rand.Rand, ops, k int, alloc func(int64) (*mempool.PooledBuffer, error), errs *hlErrs, size func(op int) int64, failed func(size int64, open int, err error)) {
+	var open []*mempool.PooledBuffer
+	for op := range ops {
+		n := size(op) // every step, as the sizes a caller draws follow the steps
+		if len(open) == k || len(open) > 0 && rng.IntN(2) == 0 {
+			i := rng.IntN(len(open))
+			if err := open[i].Close(); err != nil {
+				errs.add("Close: %v", err)
+			}
+			open = append(open[:i], open[i+1:]...)
+			continue
+		}
+		b, err := alloc(n)
+		if err != nil {
+			failed(n, len(open), err)
+			continue
+		}
+		open = append(open, b)
+	}
+	for _, b := range open {
+		_ = b.Close()
+	}
+}
+
 // hlPool is pooltest.NewOver without its check of the pool's device
 // counts against the allocator's (ResetAccumulated zeroes the pool's):
 // at the end, with every buffer closed, it closes the pool and checks
@@ -482,31 +510,15 @@ func TestHostileLocksOOMConcurrentCaches(t *testing.T) {
 				var wg sync.WaitGroup
 				for g := range len(sizes) {
 					wg.Go(func() {
-						rng := rand.New(rand.NewPCG(uint64(g), 3))
-						var open []*mempool.PooledBuffer
 						ops := 6000
 						if g == 3 {
 							ops = 300 // out of order: see hlStorm
 						}
-						for range ops {
-							if len(open) == k || len(open) > 0 && rng.IntN(2) == 0 {
-								i := rng.IntN(len(open))
-								if err := open[i].Close(); err != nil {
-									errs.add("Close: %v", err)
-								}
-								open = append(open[:i], open[i+1:]...)
-								continue
-							}
-							b, err := allocs[g](sizes[g])
-							if err != nil {
-								errs.add("goroutine %d: Allocate(%d) with %d of its own open: %v", g, sizes[g], len(open), err)
-								continue
-							}
-							open = append(open, b)
-						}
-						for _, b := range open {
-							_ = b.Close()
-						}
+						hlWorker(rand.New(rand.NewPCG(uint64(g), 3)), ops, k, allocs[g], &errs,
+							func(int) int64 { return sizes[g] },
+							func(size int64, open int, err error) {
+								errs.add("goroutine %d: Allocate(%d) with %d of its own open: %v", g, size, open, err)
+							})
 					})
 				}
 				stop := pooltest.ReadStats(t, p, func(i int) {
@@ -599,36 +611,23 @@ func TestHostileLocksOOMRotatingSizes(t *testing.T) {
 				for g := range n {
 					wg.Go(func() {
 						rng := rand.New(rand.NewPCG(uint64(g), 9))
-						var open []*mempool.PooledBuffer
 						size := sizes[g]
-						for op := range 20000 {
-							if op%40 == 0 {
-								size = sizes[rng.IntN(len(sizes))]
-							}
-							if len(open) == k || len(open) > 0 && rng.IntN(2) == 0 {
-								i := rng.IntN(len(open))
-								if err := open[i].Close(); err != nil {
-									errs.add("Close: %v", err)
+						hlWorker(rng, 20000, k, allocs[g], &errs,
+							func(op int) int64 {
+								if op%40 == 0 {
+									size = sizes[rng.IntN(len(sizes))]
 								}
-								open = append(open[:i], open[i+1:]...)
-								continue
-							}
-							b, err := allocs[g](size)
-							if err != nil {
+								return size
+							},
+							func(size int64, open int, err error) {
 								ooms.Add(1)
 								var oom *mempool.OutOfMemoryError
 								if errors.As(err, &oom) {
-									errs.add("goroutine %d: Allocate(%d) with %d of its own open: out of memory with %d blocks held (%d bytes) of %d managed, %d active", g, size, len(open), oom.HeldBlocks, oom.HeldBytes, oom.ManagedBytes, oom.ActiveBytes)
+									errs.add("goroutine %d: Allocate(%d) with %d of its own open: out of memory with %d blocks held (%d bytes) of %d managed, %d active", g, size, open, oom.HeldBlocks, oom.HeldBytes, oom.ManagedBytes, oom.ActiveBytes)
 								} else {
 									errs.add("goroutine %d: Allocate(%d): %v", g, size, err)
 								}
-								continue
-							}
-							open = append(open, b)
-						}
-						for _, b := range open {
-							_ = b.Close()
-						}
+							})
 					})
 				}
 				wg.Wait()

@@ -273,6 +273,24 @@ func TestHostileSetAfterClose(t *testing.T) {
 	assert.Equal(t, st.DeviceAllocs, st.DeviceFrees)
 }
 
+// allocClose makes n requests, the i-th with alloc(i), closing each
+// buffer it gets, while a pool's Close may race them: it sends to errs
+// every error but the closed pool's.
+func allocClose(n int, errs chan<- error, alloc func(i int) (*mempool.PooledBuffer, error)) {
+	for i := range n {
+		b, err := alloc(i)
+		if err != nil {
+			if !errors.Is(err, mempool.ErrPoolClosed) {
+				errs <- err
+			}
+			continue
+		}
+		if err := b.Close(); err != nil {
+			errs <- err
+		}
+	}
+}
+
 // Close races Allocate and buffer Closes: every Allocate either succeeds
 // or fails with ErrPoolClosed, nothing leaks, nothing is freed twice.
 func TestHostileSetCloseRacesAllocate(t *testing.T) {
@@ -293,18 +311,9 @@ func TestHostileSetCloseRacesAllocate(t *testing.T) {
 					qq = q2
 				}
 				<-start
-				for i := range 50 {
-					b, err := s.On(qq).Allocate(int64(64 * (1 + (i+g)%7)))
-					if err != nil {
-						if !errors.Is(err, mempool.ErrPoolClosed) {
-							errs <- err
-						}
-						continue
-					}
-					if err := b.Close(); err != nil {
-						errs <- err
-					}
-				}
+				allocClose(50, errs, func(i int) (*mempool.PooledBuffer, error) {
+					return s.On(qq).Allocate(int64(64 * (1 + (i+g)%7)))
+				})
 			}()
 		}
 		wg.Add(1)
@@ -407,18 +416,9 @@ func TestHostileSetSVMConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range 40 {
-				b, err := f.pool.Allocate(int64(128 * (1 + (i+g)%5)))
-				if err != nil {
-					if !errors.Is(err, mempool.ErrPoolClosed) {
-						errs <- err
-					}
-					continue
-				}
-				if err := b.Close(); err != nil {
-					errs <- err
-				}
-			}
+			allocClose(40, errs, func(i int) (*mempool.PooledBuffer, error) {
+				return f.pool.Allocate(int64(128 * (1 + (i+g)%5)))
+			})
 		}()
 	}
 	wg.Add(1)
