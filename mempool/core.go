@@ -332,7 +332,7 @@ func newQstate(q *cl.CommandQueue, id int32, splits bool) *qstate {
 	// class whose objects fill two cache lines of their own, so that no
 	// other queue's cache writes its lines (a small array grown by append
 	// can share a line with another queue's).
-	qs.c.blocks = make([]*block, 0, cacheBlocks)
+	qs.c.blocks = make([]cachedBlock, 0, cacheBlocks)
 	return qs
 }
 

@@ -56,6 +56,15 @@
 // need a little more (a sort of a growing set) takes a segment every few
 // rounds, not one per array per round.
 //
+// Tiny requests (a block of the alignment: a scalar, a reduction's
+// result) take blocks of tiny segments (4 KiB, or eight blocks, at first;
+// each next one doubles them, up to 64 KiB), else a free block of a
+// segment in use, and never cut a wholly free segment: a pool exactly as
+// large as its live peak (a CG solver's seven arrays, each a segment)
+// then keeps every segment for its arrays, where a scalar cut from one
+// made the next array miss. No other request takes a tiny segment's
+// blocks.
+//
 // A block of an arena is a range of its segment: Base and Offset name it,
 // and array/ passes them to kernels. Buffer makes a sub-buffer covering
 // exactly the block at its first call and keeps it for the next block with
@@ -242,6 +251,10 @@
 // Stats, and before any operation that takes the pool's lock, for every
 // cache not in use at that moment; so only a peak across queues used by
 // goroutines at once can be off, by what one queue's cache moved since).
+// In an arena, a queue's cache holds at most a sixteenth of the pool,
+// and, apart, blocks that each cover a segment of at least an eighth of
+// it, up to half (waiting, they keep nothing from merging; a CG
+// solver's pool of a few one-array segments then hits in its cache).
 // A request the pool cannot otherwise serve, FreeHeld and the
 // out-of-memory ladder first give every cached block back to the pool, so
 // memory is still reused across queues. Blocks in a cache count as held;

@@ -249,8 +249,8 @@ func ExamplePool_Snapshot() {
 		return
 	}
 	defer pool.Close()
-	a, _ := pool.Allocate(1000)
-	b, _ := pool.Allocate(3000)
+	a, _ := pool.Allocate(5000)
+	b, _ := pool.Allocate(6000)
 	a.Close()
 	defer b.Close()
 
@@ -262,9 +262,9 @@ func ExamplePool_Snapshot() {
 	}
 	// Output:
 	// segment 1: 524288 bytes
-	//   at       0:    4096 bytes inactive_split
-	//   at    4096:    4096 bytes active
-	//   at    8192:  516096 bytes inactive_split
+	//   at       0:    8192 bytes inactive_split
+	//   at    8192:    8192 bytes active
+	//   at   16384:  507904 bytes inactive_split
 }
 
 // SetLimit changes the limit at run time; lowering it frees held memory.

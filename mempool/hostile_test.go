@@ -433,7 +433,7 @@ func TestHostileLadderLeaksStaleSubBuffers(t *testing.T) {
 	var bs []*mempool.PooledBuffer
 	var subs []*cl.Buffer
 	for range 16 {
-		b, err := f.pool.Allocate(1) // 16 blocks, in order, at the start of a segment
+		b, err := f.pool.Allocate(1024) // 16 blocks (not tiny: see policy.TinyBlock), in order, at the start of a segment
 		require.NoError(t, err)
 		sub := b.Buffer()
 		require.NotNil(t, sub)

@@ -61,6 +61,8 @@ const (
 	cacheMaxBlock = policy.SmallRequest // the largest block it holds
 	flushOps      = 64                  // operations summed before they go to the ledger
 	cacheShare    = 16                  // an arena's queue cache holds at most 1/cacheShare of the managed bytes
+	bigSegment    = 8                   // and, apart, blocks that cover segments of at least 1/bigSegment of them,
+	bigShare      = 2                   // up to 1/bigShare of them
 )
 
 // qcache is a queue's cache. The padding keeps its lock and fields off the
@@ -68,10 +70,11 @@ const (
 type qcache struct {
 	_      [64]byte
 	mu     sync.Mutex              // protects the fields below
-	blocks []*block                // given back on the queue, newest last
+	blocks []cachedBlock           // given back on the queue, newest last
 	slab   *[slabSize]PooledBuffer // handed out from slab[used:], each once
 	used   int
-	bytes  int64 // the sizes of blocks
+	bytes  int64 // the sizes of the blocks, but the big ones
+	big    int64 // the sizes of the big ones (see cachedBlock)
 
 	lastSize, lastN int64  // the last request's size and its block size
 	d               qdelta // operations not yet in the ledger
@@ -80,6 +83,26 @@ type qcache struct {
 	// flushIdleCaches tries the locks of those caches only.
 	ever atomic.Bool
 	_    [64]byte
+}
+
+// cachedBlock is a block in an arena's queue cache. It is big if it
+// covers a segment of at least 1/bigSegment of the managed bytes when it
+// went in: big blocks count against a share of their own (1/bigShare),
+// not the cache's (1/cacheShare). Waiting, such a block keeps no free
+// neighbour from merging, and a pool of a few such segments, each one
+// array (a CG solver's), would otherwise miss on every request.
+type cachedBlock struct {
+	*block
+	big bool
+}
+
+// drop takes cb's bytes off the cache's sums.
+func (c *qcache) drop(cb cachedBlock) {
+	if cb.big {
+		c.big -= cb.Size
+	} else {
+		c.bytes -= cb.Size
+	}
 }
 
 // allocateCached serves a request of size on r from r's cache, or
@@ -120,14 +143,15 @@ func (p *Pool) allocateCached(size int64, r *qstate, pb *PooledBuffer) *PooledBu
 		c.mu.Unlock()
 		return nil
 	}
-	b := c.blocks[i]
+	cb := c.blocks[i]
+	b := cb.block
 	last := len(c.blocks) - 1
 	if i < last {
 		copy(c.blocks[i:], c.blocks[i+1:])
 	}
-	c.blocks[last] = nil       // no stale pointer past the end
-	c.blocks = c.blocks[:last] // b.Uses is empty: see putCached
-	c.bytes -= b.Size
+	c.blocks[last] = cachedBlock{} // no stale pointer past the end
+	c.blocks = c.blocks[:last]     // b.Uses is empty: see putCached
+	c.drop(cb)
 	if pb != nil {
 		runtime.SetFinalizer(pb, (*PooledBuffer).reclaim)
 	} else {
@@ -159,6 +183,7 @@ func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 		len(b.Uses) != 0 || p.hooks.Load() != nil {
 		return false // len(b.Uses): RecordQueue adds to it under c.mu
 	}
+	cb := cachedBlock{block: b}
 	if !p.arena {
 		if len(c.blocks) == cacheBlocks {
 			return false
@@ -168,13 +193,25 @@ func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 		// what the pool manages: blocks of sizes no longer asked for
 		// would stay unmerged until a miss, and make the pool grow
 		// (BENCHMARKS.md, arena v2). The oldest go back to the pool.
+		// Big blocks count apart (see cachedBlock).
 		limit := p.l.cacheCap.Load()
+		cb.big = b.Whole() && b.Size >= limit*cacheShare/bigSegment
+		bytes, big := c.bytes, c.big
+		if cb.big {
+			limit, big = limit*cacheShare/bigShare, big+b.Size
+		} else {
+			bytes += b.Size
+		}
 		if b.Size > limit {
 			return false
 		}
-		n, bytes := 0, c.bytes // the oldest n go; n stays below len(c.blocks), as b.Size <= limit
-		for len(c.blocks)-n == cacheBlocks || bytes+b.Size > limit {
-			bytes -= c.blocks[n].Size
+		n := 0 // the oldest n go; n stays below len(c.blocks), as b.Size <= limit
+		for len(c.blocks)-n == cacheBlocks || (cb.big && big > limit) || (!cb.big && bytes > limit) {
+			if old := c.blocks[n]; old.big {
+				big -= old.Size
+			} else {
+				bytes -= old.Size
+			}
 			n++
 		}
 		if n > 0 {
@@ -189,88 +226,18 @@ func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 	if !c.ever.Load() {
 		c.ever.Store(true)
 	}
-	c.blocks = append(c.blocks, b)
-	c.bytes += b.Size
+	c.blocks = append(c.blocks, cb)
+	if cb.big {
+		c.big += b.Size
+	} else {
+		c.bytes += b.Size
+	}
 	c.d.put(b, size)
 	if b.Split && !c.d.moves.trip(b.Seg, b.Size) {
 		c.d.moves.list(b.Seg, b.Size)
 	}
 	p.flushIfDue(r)
 	return true
-}
-
-// flushIfDue brings r's cache's sums into the ledger once they cover
-// flushOps operations. r.c.mu must be held. It is small enough to be
-// inlined, so that the hot path pays a comparison, not a call.
-func (p *Pool) flushIfDue(r *qstate) {
-	if r.c.d.ops() >= flushOps {
-		p.flushCache(r)
-	}
-}
-
-// flushCache brings r's cache's sums into the ledger: it takes p.mu for
-// flushCacheLocked. r.c.mu must be held.
-func (p *Pool) flushCache(r *qstate) {
-	p.lock()
-	p.flushCacheLocked(r)
-	p.mu.Unlock()
-}
-
-// flushCacheLocked brings r's cache's sums into the ledger. p.mu must be
-// held, and r.c.mu too (taken before p.mu: see the lock order above).
-func (p *Pool) flushCacheLocked(r *qstate) {
-	if r.c.d.ops() == 0 {
-		return
-	}
-	p.l.flush(&r.c.d, r)
-	r.c.d.reset()
-}
-
-// lockFlushed takes p.mu for an operation on queue r (p.host: none),
-// with r's cache's sums in the ledger first, so that the ledger sees the
-// queue's operations in order. Once caching is off, the caches were
-// drained (see StopHolding) and there is nothing to bring in.
-func (p *Pool) lockFlushed(r *qstate) {
-	if p.cacheState.Load() == cachesGone {
-		p.lock()
-		return
-	}
-	r.c.mu.Lock()
-	p.lock()
-	p.flushCacheLocked(r)
-	r.c.mu.Unlock()
-	p.flushIdleCaches(r)
-}
-
-// flushIdleCaches brings in the sums of every queue cache but r's
-// whose lock is free: their operations came before the one p.mu is
-// taken for (a cache whose lock is held is in the middle of one, which
-// runs concurrently with it). So a goroutine that closes a buffer on one
-// queue, then allocates on another, finds the peaks as if counted in
-// that order. p.mu must be held. It only tries each cache's lock, which
-// never waits: the lock order (c.mu, then p.mu) cannot deadlock.
-func (p *Pool) flushIdleCaches(r *qstate) {
-	if p.cacheState.Load() == cachesGone {
-		return
-	}
-	for _, qs := range p.cacheList() {
-		if qs != r && qs.c.ever.Load() && qs.c.mu.TryLock() {
-			p.flushCacheLocked(qs)
-			qs.c.mu.Unlock()
-		}
-	}
-}
-
-// cacheList returns every queue cache: p.host's and each queue's. It
-// takes no lock: the list is replaced, never changed.
-func (p *Pool) cacheList() []*qstate { return *p.caches.Load() }
-
-// flushAll brings every queue's cache's sums into the ledger.
-func (p *Pool) flushAll() {
-	for _, qs := range p.cacheList() {
-		p.lockFlushed(qs)
-		p.mu.Unlock()
-	}
 }
 
 // drainCaches gives every block in a queue's cache back to the policy,
@@ -295,12 +262,12 @@ func (p *Pool) drainCaches() (moved bool) {
 		p.lock()
 		p.flushCacheLocked(qs)
 		var gone []*segment
-		for _, b := range qs.c.blocks {
-			gone = p.uncacheLocked(gone, qs, b)
+		for _, cb := range qs.c.blocks {
+			gone = p.uncacheLocked(gone, qs, cb.block)
 		}
 		moved = moved || len(qs.c.blocks) > 0
 		clear(qs.c.blocks)
-		qs.c.blocks, qs.c.bytes = qs.c.blocks[:0], 0
+		qs.c.blocks, qs.c.bytes, qs.c.big = qs.c.blocks[:0], 0, 0
 		stale := p.forget(gone...)
 		p.mu.Unlock()
 		qs.c.mu.Unlock()
@@ -334,9 +301,9 @@ func (p *Pool) evictOldest(r *qstate, n int) {
 	p.lock()
 	p.flushCacheLocked(r)
 	var gone []*segment
-	for _, b := range c.blocks[:n] {
-		c.bytes -= b.Size // before the policy merges b
-		gone = p.uncacheLocked(gone, r, b)
+	for _, cb := range c.blocks[:n] {
+		c.drop(cb) // before the policy merges it
+		gone = p.uncacheLocked(gone, r, cb.block)
 	}
 	stale := p.forget(gone...)
 	p.mu.Unlock()
@@ -361,8 +328,8 @@ func (p *Pool) lockCaches() ([]*qstate, map[*block]bool) {
 			cached := map[*block]bool{}
 			for _, q := range qs {
 				p.flushCacheLocked(q)
-				for _, b := range q.c.blocks {
-					cached[b] = true
+				for _, cb := range q.c.blocks {
+					cached[cb.block] = true
 				}
 			}
 			if p.san != nil {

@@ -228,3 +228,37 @@ func TestQueueCacheEdges(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// A pool of a few segments, each one array (a CG solver's seven 512 KiB
+// vectors), keeps a block that covers its segment in the queue's cache
+// though it is larger than the cache's share of the pool: waiting there
+// it keeps nothing from merging. Before, every such Close went back to
+// the policy, and every request after took the pool's lock (cg's replay
+// ran at 2.3 times exact bins' time).
+func TestQueueCacheKeepsWholeSegments(t *testing.T) {
+	f := newFixture(t, nil, mempool.WithArena())
+	on := f.pool.On(f.q)
+	var arrays []*mempool.PooledBuffer
+	for range 7 {
+		b, err := on.Allocate(512 << 10)
+		require.NoError(t, err)
+		arrays = append(arrays, b)
+	}
+	require.Equal(t, int64(7), f.pool.Stats().DeviceAllocs, "one segment each")
+	for _, b := range arrays[:3] {
+		require.NoError(t, b.Close())
+	}
+	assert.Equal(t, int64(3), queueStats(t, f.pool.Stats(), f.q).Cached,
+		"three whole 512 KiB segments wait (up to half the pool), where the share is 1/16")
+	for range 5 {
+		b, err := on.Allocate(512 << 10)
+		require.NoError(t, err)
+		require.NoError(t, b.Close())
+	}
+	for _, b := range arrays[3:] {
+		require.NoError(t, b.Close())
+	}
+	s := f.pool.Stats()
+	assert.Equal(t, int64(3), queueStats(t, s, f.q).Cached, "at most half the pool: the oldest went back")
+	assert.Equal(t, int64(7), s.DeviceAllocs)
+}

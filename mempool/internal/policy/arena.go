@@ -38,6 +38,10 @@ type Arena[T comparable] struct {
 
 	sized freeIndex[T] // the merged free blocks of ordinary segments
 	owned freeIndex[T] // the merged free blocks of own segments
+	tiny  freeIndex[T] // the merged free blocks of tiny segments
+	// tinyMax is the largest request that takes blocks of tiny segments
+	// only (0: none do, and the arena has no tiny segment).
+	tinyMax int64
 	// ownMin is the least request that takes blocks of own segments.
 	ownMin int64
 	quick  quickLists[T] // the free blocks waiting unmerged
@@ -70,11 +74,16 @@ func NewArena[T comparable](align int64, leadingBits int) *Arena[T] {
 		panic(fmt.Sprintf("policy: arena alignment %d is not a power of two of at least %d", align, MinBlock))
 	}
 	lb := min(leadingBits, indexLeadingBits)
-	return &Arena[T]{align: align, lb: lb, sized: newFreeIndex[T](lb), owned: newFreeIndex[T](lb), counts: new(Counts)}
+	return &Arena[T]{align: align, lb: lb, sized: newFreeIndex[T](lb), owned: newFreeIndex[T](lb), tiny: newFreeIndex[T](lb), counts: new(Counts)}
 }
 
 // SetOwnMin sets the least request that takes blocks of own segments.
 func (a *Arena[T]) SetOwnMin(n int64) { a.ownMin = n }
+
+// SetTinyMax sets the largest request that takes blocks of tiny segments
+// (Segment.tiny), and no other; 0, the default, makes none tiny. Set it
+// before the first segment.
+func (a *Arena[T]) SetTinyMax(n int64) { a.tinyMax = n }
 
 // FreeBytes returns the bytes of the free blocks.
 func (a *Arena[T]) FreeBytes() int64 { return a.counts.FreeBytes }
@@ -271,7 +280,7 @@ func (a *Arena[T]) LargestFree() int64 {
 	for _, s := range a.empty {
 		m = max(m, s.Size) // oversize segments are not indexed
 	}
-	for _, x := range []*freeIndex[T]{&a.sized, &a.owned} {
+	for _, x := range []*freeIndex[T]{&a.sized, &a.owned, &a.tiny} {
 		if c, ok := x.largest(); ok {
 			m = max(m, x.tail(c).Size)
 		}
@@ -421,6 +430,9 @@ func (a *Arena[T]) unlist(b *Block[T]) {
 
 // index returns the index that lists the free blocks of b's segment.
 func (a *Arena[T]) index(b *Block[T]) *freeIndex[T] {
+	if b.Seg.tiny {
+		return &a.tiny
+	}
 	if b.Seg.own {
 		return &a.owned
 	}
@@ -428,10 +440,22 @@ func (a *Arena[T]) index(b *Block[T]) *freeIndex[T] {
 }
 
 // find returns the smallest free block of at least n bytes that n may
-// take, or nil. A request of at least ownMin bytes may take any block; a
-// smaller one, only blocks of ordinary segments, or, if none fits, the
-// smallest wholly free own segment that does, which becomes ordinary.
+// take, or nil. A request of up to tinyMax bytes takes only blocks of
+// tiny segments, which no other takes. A request of at least ownMin
+// bytes may take any other block; a smaller one, only blocks of
+// ordinary segments, or, if none fits, the smallest wholly free own
+// segment that does, which becomes ordinary.
 func (a *Arena[T]) find(n int64) *Block[T] {
+	if n <= a.tinyMax {
+		c := BinNumber(n, a.lb)
+		if b := fitIn(&a.tiny, c, n); b != nil {
+			return b
+		}
+		if b := fitIn(&a.sized, c, n); b != nil && !b.Whole() {
+			return b
+		}
+		return nil
+	}
 	if a.owned.n > 0 {
 		return a.findOwned(n)
 	}
@@ -587,18 +611,17 @@ func (a *Arena[T]) Check() error {
 		return fmt.Errorf("%d blocks wait unmerged, %d listed, at most %d may", quick, a.quick.len(), a.quick.max)
 	}
 	total, bad := 0, false
-	for _, x := range []*freeIndex[T]{&a.sized, &a.owned} {
+	for _, x := range []*freeIndex[T]{&a.sized, &a.owned, &a.tiny} {
 		if err := x.check(); err != nil {
 			return err
 		}
-		own := x == &a.owned
 		x.each(func(c uint32, b *Block[T]) {
 			total++
-			bad = bad || b.class != c || !b.free || b.quick || b.Seg.own != own
+			bad = bad || b.class != c || !b.free || b.quick || a.index(b) != x
 		})
 	}
-	if bad || total != sized || a.sized.n+a.owned.n != sized {
-		return fmt.Errorf("%d blocks indexed (%d counted), %d free blocks to index", total, a.sized.n+a.owned.n, sized)
+	if n := a.sized.n + a.owned.n + a.tiny.n; bad || total != sized || n != sized {
+		return fmt.Errorf("%d blocks indexed (%d counted), %d free blocks to index", total, n, sized)
 	}
 	return nil
 }

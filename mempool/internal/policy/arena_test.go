@@ -137,7 +137,7 @@ func TestOversizeSegmentsAreNeverSplit(t *testing.T) {
 func TestSegmentSizes(t *testing.T) {
 	const kib, mib = 1 << 10, 1 << 20
 	p := policy.NewArenas[int](512, 4, 0, 256*mib)
-	assert.Equal(t, int64(policy.FirstSegment), p.SegmentSize(1), "the first segment")
+	assert.Equal(t, int64(policy.FirstSegment), p.SegmentSize(1024), "the first segment")
 	assert.Equal(t, int64(policy.FirstSegment), p.SegmentSize(policy.FirstSegment))
 	assert.Equal(t, int64(3*mib+4*kib), p.SegmentSize(3*mib+1), "a request past it: its own size, to OwnUnit")
 	assert.Equal(t, int64(128*mib), p.SegmentSize(128*mib), "half the preferred size or more: its own segment")
@@ -147,7 +147,7 @@ func TestSegmentSizes(t *testing.T) {
 	// of its segments in use, in 64 KiB units.
 	first := p.Add(p.NewSegment(1000), 1000)
 	assert.True(t, first.Seg.Small, "made for a small request")
-	assert.Equal(t, int64(policy.GrowthUnit), p.SegmentSize(1), "a twelfth of 512 KiB, less its free bytes: one unit")
+	assert.Equal(t, int64(policy.GrowthUnit), p.SegmentSize(1024), "a twelfth of 512 KiB, less its free bytes: one unit")
 	var bs []*policy.Block[int]
 	for range 8 {
 		b := p.Add(seg(32*mib), 32*mib)
@@ -157,8 +157,8 @@ func TestSegmentSizes(t *testing.T) {
 	step := func(held, free int64) int64 { return (held/12 - free + 64*kib - 1) / (64 * kib) * (64 * kib) }
 	held := int64(policy.FirstSegment + 8*32*mib)
 	free := int64(policy.FirstSegment) - first.Size
-	assert.Equal(t, step(held, free), p.SegmentSize(1))
-	assert.Equal(t, p.SegmentSize(1), p.SegmentSize(20*mib), "a request under the step takes the step")
+	assert.Equal(t, step(held, free), p.SegmentSize(1024))
+	assert.Equal(t, p.SegmentSize(1024), p.SegmentSize(20*mib), "a request under the step takes the step")
 	assert.Equal(t, int64(36*mib), p.SegmentSize(36*mib), "one over it, its own size")
 
 	// A large request that outgrew a wholly free segment gets an eighth
@@ -168,14 +168,14 @@ func TestSegmentSizes(t *testing.T) {
 	}
 	assert.Equal(t, int64(36*mib+36*mib/8), p.SegmentSize(36*mib), "36 MiB outgrew a 32 MiB segment")
 	assert.Equal(t, int64(44*mib), p.SegmentSize(44*mib), "44 MiB is not a growth of 32 MiB")
-	assert.Equal(t, step(held, free), p.SegmentSize(1), "the idle segments' bytes are not scattered free bytes")
+	assert.Equal(t, step(held, free), p.SegmentSize(1024), "the idle segments' bytes are not scattered free bytes")
 	b := p.Get(16 * mib)
 	require.NotNil(t, b)
 	require.Nil(t, p.Put(b))
-	assert.Equal(t, step(held, free), p.SegmentSize(1), "nor the blocks waiting unmerged in an idle segment")
+	assert.Equal(t, step(held, free), p.SegmentSize(1024), "nor the blocks waiting unmerged in an idle segment")
 	b = p.Get(16 * mib)
 	c := p.Get(mib)
-	assert.Equal(t, step(held, free+16*mib-c.Size), p.SegmentSize(1), "the free bytes of a segment in use are")
+	assert.Equal(t, step(held, free+16*mib-c.Size), p.SegmentSize(1024), "the free bytes of a segment in use are")
 	p.Put(b)
 	p.Put(c)
 	assert.Len(t, p.BeforeGrow(1<<30), 4, "growing past the high-water mark frees the empty segments first")
@@ -199,10 +199,10 @@ func TestArenaOwnSegmentsServeLargeRequests(t *testing.T) {
 	fill := p.Get(policy.FirstSegment - small.Size) // the first segment is full
 	require.NotNil(t, fill)
 	assert.Same(t, small.Seg, fill.Seg)
-	assert.Nil(t, p.Get(512), "a small request does not take the own segment's tail")
-	assert.Less(t, int64(512), p.OwnMin())
+	assert.Nil(t, p.Get(1024), "a small request does not take the own segment's tail")
+	assert.Less(t, int64(1024), p.OwnMin())
 	require.Nil(t, p.Put(big))
-	b := p.Get(512)
+	b := p.Get(1024)
 	require.NotNil(t, b, "wholly free, it serves the small request that fits nowhere else")
 	assert.Same(t, s, b.Seg)
 	assert.False(t, s.Own(), "and is an ordinary segment now")
@@ -355,5 +355,88 @@ func TestArenaGrowsGeometricallyWhateverItsTails(t *testing.T) {
 	// for the 14 GiB (one per array without the floor).
 	assert.Less(t, segs, n/10, "%d segments for %d arrays", segs, n)
 	t.Logf("%d segments for %d arrays", segs, n)
+	require.NoError(t, p.Check())
+}
+
+// A tiny request (a scalar, a reduction's result) takes a block of a
+// tiny segment, or a hole in a segment in use, never a cut of a wholly
+// free segment: a pool as large as its live peak (a CG solver's seven
+// arrays, each its own segment) keeps every segment for the arrays.
+// Without it (the commit before), the 4-byte request took the free
+// 512 KiB segment, and the next array missed.
+func TestArenaTinyRequestsKeepWhollyFreeSegments(t *testing.T) {
+	const kib = 1 << 10
+	p := policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)
+	first := p.Add(p.NewSegment(4), 4)
+	assert.True(t, first.Seg.Tiny())
+	assert.Equal(t, int64(policy.FirstSegment), p.SegmentSize(1024),
+		"a tiny segment is not the pool's first: the next is FirstSegment (it was a growth step of 64 KiB)")
+	p.Put(first)
+	require.NotNil(t, p.TakeLargest())
+	arr := p.Add(p.NewSegment(512*kib), 512*kib)
+	require.True(t, arr.Whole())
+	require.Nil(t, p.Put(arr))
+	assert.Nil(t, p.Get(4), "a tiny request does not cut a wholly free segment")
+
+	s := p.NewSegment(4)
+	assert.True(t, s.Tiny())
+	assert.True(t, s.Small)
+	assert.Equal(t, int64(policy.TinySegment), s.Size)
+	assert.Empty(t, p.BeforeGrow(4), "a tiny segment frees nothing")
+	scalar := p.Add(s, 4)
+	assert.Same(t, s, scalar.Seg)
+	b := p.Get(512 * kib)
+	require.NotNil(t, b, "the array finds its segment free")
+	assert.Same(t, arr.Seg, b.Seg)
+	assert.Nil(t, p.Get(600), "a request of more than TinyBlock takes no tiny block")
+
+	// A segment in use: its hole serves tiny requests once the tiny
+	// segments are full.
+	half := p.Get(256 * kib)
+	require.Nil(t, half, "the one ordinary segment is taken whole")
+	p.Put(b)
+	half = p.Get(256 * kib)
+	require.NotNil(t, half)
+	var tiny []*policy.Block[int]
+	for range policy.TinySegment/512 - 1 {
+		x := p.Get(1)
+		require.NotNil(t, x)
+		assert.True(t, x.Seg.Tiny())
+		tiny = append(tiny, x)
+	}
+	x := p.Get(1)
+	require.NotNil(t, x, "the tiny segment is full: the hole beside the 256 KiB block serves it")
+	assert.Same(t, half.Seg, x.Seg)
+
+	// The tiny segments grow by doubling, up to TinyMaxSegment.
+	assert.Equal(t, int64(policy.TinySegment), p.SegmentSize(1))
+	for _, b := range append(tiny, scalar, x, half) {
+		p.Put(b)
+	}
+	require.NoError(t, p.Check())
+
+	// Wholly free tiny segments stay when the pool grows (the program's
+	// scalars come back), and go with TakeLargest.
+	gone := p.BeforeGrow(1 << 30)
+	require.Len(t, gone, 1)
+	assert.False(t, gone[0].Tiny())
+	require.NotNil(t, p.TakeLargest())
+	assert.Zero(t, p.Counts().Segments)
+}
+
+// The tiny segments double what they hold at each new one, up to
+// TinyMaxSegment, so that a program of many scalars takes few segments.
+func TestArenaTinySegmentsGrow(t *testing.T) {
+	p := policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)
+	var sizes []int64
+	for range 400 {
+		if p.Get(8) == nil {
+			s := p.NewSegment(8)
+			sizes = append(sizes, s.Size)
+			p.Add(s, 8)
+		}
+	}
+	const kib = 1 << 10
+	assert.Equal(t, []int64{4 * kib, 4 * kib, 8 * kib, 16 * kib, 32 * kib, 64 * kib, 64 * kib, 64 * kib}, sizes)
 	require.NoError(t, p.Check())
 }

@@ -57,6 +57,25 @@ const (
 	CreepDivisor = 2
 )
 
+// Tiny requests, of up to TinyBlock bytes (one block of the arena's
+// alignment, if larger), take blocks of tiny segments first, then a
+// hole of a segment in use, and never cut a wholly free segment, which
+// no other request takes from tiny segments: a tiny block cut from a
+// segment the pool's larger requests need would keep them from it, and a
+// pool exactly as large as its live peak (a program of arrays of one size
+// and a few scalars) then missed on every array that followed a scalar.
+// The first tiny segment holds TinySegmentBlocks tiny blocks, at least
+// TinySegment bytes; each one after doubles the tiny segments' bytes, up
+// to TinyMaxSegment (or the first's size, if larger). A tiny segment
+// frees nothing to grow (see BeforeGrow), and a wholly free one stays
+// when the pool grows (see takeAll).
+const (
+	TinyBlock         = MinBlock
+	TinySegment       = 4 << 10
+	TinySegmentBlocks = 8
+	TinyMaxSegment    = 64 << 10
+)
+
 // DefaultQuick is how many blocks of up to SmallRequest bytes given back
 // may wait unmerged (see Arena), so that a program that allocates and
 // frees the same sizes over and over neither splits nor merges. A few
@@ -94,6 +113,8 @@ type Arenas[T comparable] struct {
 	preferred  int64
 	unit, own  int64 // GrowthUnit and OwnUnit, at least the alignment
 	exact      int   // exact-size segments, never in the arena
+	tinyMax    int64 // the largest tiny request's block (see TinyBlock)
+	tinyBytes  int64 // the bytes of the tiny segments
 	reserved   int64 // the bytes of every segment
 	highWater  int64 // the most reserved has been
 	activePeak int64 // the most bytes of active blocks yet
@@ -122,6 +143,8 @@ type Arenas[T comparable] struct {
 func NewArenas[T comparable](align int64, leadingBits int, maxSplit, preferred int64) *Arenas[T] {
 	p := &Arenas[T]{a: NewArena[T](align, leadingBits), maxSplit: maxSplit, preferred: preferred}
 	p.unit, p.own = max(GrowthUnit, p.a.align), max(OwnUnit, p.a.align)
+	p.tinyMax = max(TinyBlock, p.a.align)
+	p.a.SetTinyMax(p.tinyMax)
 	p.a.counts = &p.counts
 	p.a.SetQuick(DefaultQuick, SmallRequest)
 	p.setOwnMin()
@@ -156,7 +179,9 @@ func (p *Arenas[T]) Get(size int64) *Block[T] { return p.GetOn(size, 0) }
 func (p *Arenas[T]) GetOn(size int64, q int32) *Block[T] {
 	n := p.Round(size)
 	var b *Block[T]
-	if p.Oversize(size) {
+	if n <= p.tinyMax {
+		b = p.a.GetOn(n, q) // tiny segments are not consolidated
+	} else if p.Oversize(size) {
 		b = p.a.GetWhole(n, OversizeSlack)
 	} else if c, ok := p.consolidation(n); ok {
 		p.pending = c // declined: the new segment replaces the free ones
@@ -245,6 +270,10 @@ func (p *Arenas[T]) SegmentSize(size int64) int64 {
 // request alone (past the growth step; not oversize).
 func (p *Arenas[T]) segmentSize(size int64) (int64, bool) {
 	n := p.Round(size)
+	if n <= p.tinyMax {
+		first := max(TinySegment, TinySegmentBlocks*p.tinyMax)
+		return roundUp(min(max(TinyMaxSegment, first), max(first, p.tinyBytes)), p.own), false
+	}
 	own := roundUp(n, p.own)
 	if p.Oversize(size) || n > p.preferred/2 {
 		return own, false
@@ -265,7 +294,7 @@ func (p *Arenas[T]) segmentSize(size int64) (int64, bool) {
 // step returns the growth step: the size of a new segment for a request
 // that fits it (see SegmentSize).
 func (p *Arenas[T]) step() int64 {
-	held := p.a.Bytes()
+	held := p.a.Bytes() - p.tinyBytes // tiny segments serve no other request
 	if held == 0 {
 		return min(p.preferred, roundUp(FirstSegment, p.unit))
 	}
@@ -300,7 +329,7 @@ func (p *Arenas[T]) outgrew(n int64) bool {
 func (p *Arenas[T]) NewSegment(size int64) *Segment[T] {
 	n, own := p.segmentSize(size)
 	small := p.small(size)
-	return &Segment[T]{Size: n, Small: small, Oversize: p.Oversize(size), own: own && !small}
+	return &Segment[T]{Size: n, Small: small, Oversize: p.Oversize(size), own: own && !small, tiny: p.Round(size) <= p.tinyMax}
 }
 
 // small reports whether a segment made for a request of size is small.
@@ -317,6 +346,9 @@ func (p *Arenas[T]) small(size int64) bool {
 // then one of small ones) from freeing one phase's segments to make the
 // next one's, and allocating them again each turn.
 func (p *Arenas[T]) BeforeGrow(size int64) []*Segment[T] {
+	if p.Round(size) <= p.tinyMax {
+		return nil // a tiny segment is small, and none is wholly free (one would serve size)
+	}
 	if p.pending > 0 { // the new segment replaces every wholly free one
 		return p.takeAll()
 	}
@@ -340,11 +372,22 @@ func (p *Arenas[T]) TakeKept(n int64) []*Segment[T] {
 	return p.takeAll()
 }
 
-// takeAll removes every wholly free segment and returns them for the
-// pool to free; outgrew remembers their sizes until the next Add.
+// takeAll removes every wholly free segment but the tiny ones, and
+// returns them for the pool to free; outgrew remembers their sizes until
+// the next Add. A tiny segment is made only when no tiny one has room,
+// so the wholly free ones are few and small: kept, they spare a program
+// whose tiny blocks come and go a new segment each time (TakeLargest
+// frees them).
 func (p *Arenas[T]) takeAll() []*Segment[T] {
+	p.a.Flush()
 	var out []*Segment[T]
-	for s := p.TakeLargest(); s != nil; s = p.TakeLargest() {
+	for i := 0; i < len(p.a.empty); {
+		s := p.a.empty[i]
+		if s.tiny {
+			i++
+			continue
+		}
+		p.removed(s) // takes s off p.a.empty
 		out = append(out, s)
 		if !s.Oversize {
 			p.gone = append(p.gone, s.Size)
@@ -358,10 +401,12 @@ func (p *Arenas[T]) takeAll() []*Segment[T] {
 // request.
 func (p *Arenas[T]) Add(seg *Segment[T], size int64) *Block[T] {
 	p.pending = 0
-	if p.busy {
+	switch {
+	case p.Round(size) <= p.tinyMax: // not the growth consolidation is for
+	case p.busy:
 		p.periodGrew = true
 		p.periodAdded += seg.Size
-	} else {
+	default:
 		p.lastGrew = false // consolidated
 	}
 	p.reserved += seg.Size
@@ -378,6 +423,9 @@ func (p *Arenas[T]) Add(seg *Segment[T], size int64) *Block[T] {
 	}
 	seg.Oversize, seg.Small = p.Oversize(size), p.small(size)
 	seg.own = seg.own && !seg.Oversize && !seg.Small
+	if seg.tiny = p.Round(size) <= p.tinyMax; seg.tiny {
+		p.tinyBytes += seg.Size
+	}
 	p.gone = p.gone[:0]
 	b := p.a.Add(seg, p.Round(size))
 	p.setOwnMin()
@@ -437,6 +485,9 @@ func (p *Arenas[T]) TakeFreeIf(pred func(*Block[T]) bool) *Segment[T] {
 // size: what the pool held when its busy period began is at most what it
 // holds now (FreeHeld and the ladder take segments out).
 func (p *Arenas[T]) removed(s *Segment[T]) {
+	if s.tiny {
+		p.tinyBytes -= s.Size
+	}
 	p.a.Remove(s)
 	p.reserved -= s.Size
 	p.idleHeld = min(p.idleHeld, p.reserved)

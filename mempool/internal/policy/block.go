@@ -23,6 +23,9 @@ type Segment[T comparable] struct {
 	// only requests of at least the arena's ownMin, so that small blocks
 	// do not pin it (see Arena.find).
 	own bool
+	// tiny marks an arena segment made for tiny requests (see
+	// TinyBlock): it serves those only, and they take no other.
+	tiny bool
 
 	// What the pool notes of a segment, for its statistics: its split
 	// blocks handed out (Out) and held outside the policy (Held), and

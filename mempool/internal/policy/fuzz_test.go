@@ -16,7 +16,9 @@ import (
 // it; and every new segment is sized as SegmentSize says: at least the
 // request's block, in OwnUnit multiples, FirstSegment for the first small
 // one, and no larger than the preferred size or the request's block with
-// its headroom.
+// its headroom. A tiny request (see TinyBlock) takes a block of a tiny
+// segment, or else the smallest fit of the others unless that is a wholly
+// free segment, and else gets a tiny segment.
 func FuzzArena(f *testing.F) {
 	f.Add([]byte{1, 2, 3, 200, 4, 5, 130, 6, 255, 7, 8})
 	f.Add([]byte{255, 255, 0, 128, 129, 64, 3, 3, 3, 3})
@@ -41,12 +43,24 @@ func FuzzArena(f *testing.F) {
 					// serves a smaller one than OwnMin only once it is
 					// wholly free.
 					n := p.Round(size)
+					tiny := n <= policy.TinyBlock
+					var best *policy.Block[int] // a tiny request's smallest fit of the other segments
 					for s := range segs {
-						may := !s.Own() || n >= p.OwnMin() || s.WhollyFree()
+						may := s.Tiny() == tiny && (!s.Own() || n >= p.OwnMin() || s.WhollyFree())
 						for x := range s.Blocks() {
-							require.False(t, x.Free() && !s.Oversize && x.Size >= n && may,
+							fits := x.Free() && !s.Oversize && x.Size >= n
+							require.False(t, fits && may,
 								"step %d: a free %d-byte block fits %d bytes, but Get found none", i, x.Size, n)
+							if fits && tiny && !s.Tiny() && !s.Own() && (best == nil || x.Size < best.Size || x.Size == best.Size && x.Whole()) {
+								best = x
+							}
 						}
+					}
+					// A tiny request takes the smallest fit of the
+					// ordinary segments, unless it is a wholly free one.
+					if best != nil {
+						require.True(t, best.Whole(),
+							"step %d: a free %d-byte block of a segment in use fits a tiny request, but Get found none", i, best.Size)
 					}
 				}
 				if b == nil { // in the pool's order: the segment sized, then BeforeGrow
@@ -58,9 +72,9 @@ func FuzzArena(f *testing.F) {
 					}
 					if consolidating {
 						// Get declined a block for a segment that
-						// replaces every wholly free one.
+						// replaces every wholly free one but the tiny.
 						for s := range segs {
-							require.False(t, s.WhollyFree(), "step %d: a wholly free segment beside the consolidated one", i)
+							require.False(t, s.WhollyFree() && !s.Tiny(), "step %d: a wholly free segment beside the consolidated one", i)
 						}
 					}
 					segs[s] = true
@@ -109,6 +123,11 @@ func checkSegmentSize(t *testing.T, p *policy.Arenas[int], s *policy.Segment[int
 	require.Zero(t, s.Size%policy.OwnUnit, "segment of %d bytes: a multiple of OwnUnit", s.Size)
 	headroom := (n + n/policy.HeadroomDivisor + policy.OwnUnit - 1) / policy.OwnUnit * policy.OwnUnit
 	require.LessOrEqual(t, s.Size, max(int64(64<<20), headroom), "a %d-byte request's segment", size)
+	if n <= policy.TinyBlock {
+		require.True(t, s.Tiny() && s.Small, "a tiny request's segment is tiny")
+		require.LessOrEqual(t, s.Size, int64(policy.TinyMaxSegment))
+		return
+	}
 	if first && n <= policy.FirstSegment {
 		require.Equal(t, int64(policy.FirstSegment), s.Size, "the first segment of a small request")
 	}

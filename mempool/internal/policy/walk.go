@@ -42,3 +42,7 @@ func (s *Segment[T]) BlockCount() int { return s.blocks }
 // (over SmallRequest and its growth step): until it is wholly free, its
 // blocks serve only requests of at least the policy's OwnMin.
 func (s *Segment[T]) Own() bool { return s.own }
+
+// Tiny reports whether the segment was made for tiny requests (see
+// TinyBlock): it serves those only.
+func (s *Segment[T]) Tiny() bool { return s.tiny }
