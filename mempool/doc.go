@@ -58,12 +58,14 @@
 //
 // Tiny requests (a block of the alignment: a scalar, a reduction's
 // result) take blocks of tiny segments (4 KiB, or eight blocks, at first;
-// each next one doubles them, up to 64 KiB), else a free block of a
-// segment in use, and never cut a wholly free segment: a pool exactly as
-// large as its live peak (a CG solver's seven arrays, each a segment)
+// each next one adds half what they hold), else the smallest free block
+// of a segment in use, and never cut a wholly free segment (but to take
+// back a block of their size that waits unmerged there): a pool exactly
+// as large as its live peak (a CG solver's seven arrays, each a segment)
 // then keeps every segment for its arrays, where a scalar cut from one
 // made the next array miss. No other request takes a tiny segment's
-// blocks.
+// blocks, so under a device budget of a few KiB the first tiny segment
+// can leave no room for a larger request.
 //
 // A block of an arena is a range of its segment: Base and Offset name it,
 // and array/ passes them to kernels. Buffer makes a sub-buffer covering

@@ -205,17 +205,26 @@ func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 		if b.Size > limit {
 			return false
 		}
-		n := 0 // the oldest n go; n stays below len(c.blocks), as b.Size <= limit
-		for len(c.blocks)-n == cacheBlocks || (cb.big && big > limit) || (!cb.big && bytes > limit) {
-			if old := c.blocks[n]; old.big {
+		// The oldest go: of any kind while the cache is full, then of
+		// b's kind while its share is over (b.Size <= limit: evicting
+		// every block of its kind would do, so the loop ends).
+		var evict [cacheBlocks]int
+		k := 0
+		for i := 0; i < len(c.blocks) && (len(c.blocks)-k == cacheBlocks || (cb.big && big > limit) || (!cb.big && bytes > limit)); i++ {
+			old := c.blocks[i]
+			if len(c.blocks)-k < cacheBlocks && old.big != cb.big {
+				continue // not the kind over its share
+			}
+			if old.big {
 				big -= old.Size
 			} else {
 				bytes -= old.Size
 			}
-			n++
+			evict[k] = i
+			k++
 		}
-		if n > 0 {
-			p.evictOldest(r, n)
+		if k > 0 {
+			p.evict(r, evict[:k])
 		}
 	}
 	if p.dropSafety {
@@ -293,24 +302,29 @@ func (p *Pool) uncacheLocked(gone []*segment, qs *qstate, b *block) []*segment {
 	return gone
 }
 
-// evictOldest gives the n oldest blocks of r's cache back to the pool,
-// in one hold of p.mu. r.c.mu must be held, and r's cache must hold n
-// blocks.
-func (p *Pool) evictOldest(r *qstate, n int) {
+// evict gives the blocks of r's cache at the indices at (ascending)
+// back to the pool, in one hold of p.mu. r.c.mu must be held.
+func (p *Pool) evict(r *qstate, at []int) {
 	c := &r.c
 	p.lock()
 	p.flushCacheLocked(r)
 	var gone []*segment
-	for _, cb := range c.blocks[:n] {
+	for _, i := range at {
+		cb := c.blocks[i]
 		c.drop(cb) // before the policy merges it
 		gone = p.uncacheLocked(gone, r, cb.block)
+		c.blocks[i].block = nil
 	}
 	stale := p.forget(gone...)
 	p.mu.Unlock()
-	last := len(c.blocks) - n
-	copy(c.blocks, c.blocks[n:])
-	clear(c.blocks[last:]) // no stale pointer past the end
-	c.blocks = c.blocks[:last]
+	kept := c.blocks[:0]
+	for _, cb := range c.blocks {
+		if cb.block != nil {
+			kept = append(kept, cb)
+		}
+	}
+	clear(c.blocks[len(kept):]) // no stale pointer past the end
+	c.blocks = kept
 	_ = p.freeSegments(gone, stale)
 }
 

@@ -408,7 +408,7 @@ func TestArenaTinyRequestsKeepWhollyFreeSegments(t *testing.T) {
 	require.NotNil(t, x, "the tiny segment is full: the hole beside the 256 KiB block serves it")
 	assert.Same(t, half.Seg, x.Seg)
 
-	// The tiny segments grow by doubling, up to TinyMaxSegment.
+	// The next tiny segment adds half the tiny bytes (4 KiB at least).
 	assert.Equal(t, int64(policy.TinySegment), p.SegmentSize(1))
 	for _, b := range append(tiny, scalar, x, half) {
 		p.Put(b)
@@ -424,8 +424,8 @@ func TestArenaTinyRequestsKeepWhollyFreeSegments(t *testing.T) {
 	assert.Zero(t, p.Counts().Segments)
 }
 
-// The tiny segments double what they hold at each new one, up to
-// TinyMaxSegment, so that a program of many scalars takes few segments.
+// Each new tiny segment adds half what the tiny segments hold, so that
+// a program of many scalars takes few segments.
 func TestArenaTinySegmentsGrow(t *testing.T) {
 	p := policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)
 	var sizes []int64
@@ -437,6 +437,6 @@ func TestArenaTinySegmentsGrow(t *testing.T) {
 		}
 	}
 	const kib = 1 << 10
-	assert.Equal(t, []int64{4 * kib, 4 * kib, 8 * kib, 16 * kib, 32 * kib, 64 * kib, 64 * kib, 64 * kib}, sizes)
+	assert.Equal(t, []int64{4 * kib, 4 * kib, 4 * kib, 8 * kib, 12 * kib, 16 * kib, 24 * kib, 36 * kib, 56 * kib, 84 * kib}, sizes)
 	require.NoError(t, p.Check())
 }

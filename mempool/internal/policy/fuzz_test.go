@@ -125,7 +125,7 @@ func checkSegmentSize(t *testing.T, p *policy.Arenas[int], s *policy.Segment[int
 	require.LessOrEqual(t, s.Size, max(int64(64<<20), headroom), "a %d-byte request's segment", size)
 	if n <= policy.TinyBlock {
 		require.True(t, s.Tiny() && s.Small, "a tiny request's segment is tiny")
-		require.LessOrEqual(t, s.Size, int64(policy.TinyMaxSegment))
+		require.LessOrEqual(t, s.Size, max(int64(policy.TinySegment), 32<<20), "at most half the preferred size")
 		return
 	}
 	if first && n <= policy.FirstSegment {
