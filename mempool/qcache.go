@@ -96,12 +96,21 @@ type cachedBlock struct {
 	big bool
 }
 
-// drop takes cb's bytes off the cache's sums.
-func (c *qcache) drop(cb cachedBlock) {
+// sum returns the bytes of the cache's big blocks (big), or of the
+// others.
+func (c *qcache) sum(big bool) int64 {
+	if big {
+		return c.big
+	}
+	return c.bytes
+}
+
+// count adds n bytes to the sum of cb's kind (see sum).
+func (c *qcache) count(cb cachedBlock, n int64) {
 	if cb.big {
-		c.big -= cb.Size
+		c.big += n
 	} else {
-		c.bytes -= cb.Size
+		c.bytes += n
 	}
 }
 
@@ -151,7 +160,7 @@ func (p *Pool) allocateCached(size int64, r *qstate, pb *PooledBuffer) *PooledBu
 	}
 	c.blocks[last] = cachedBlock{} // no stale pointer past the end
 	c.blocks = c.blocks[:last]     // b.Uses is empty: see putCached
-	c.drop(cb)
+	c.count(cb, -cb.Size)
 	if pb != nil {
 		runtime.SetFinalizer(pb, (*PooledBuffer).reclaim)
 	} else {
@@ -196,11 +205,8 @@ func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 		// Big blocks count apart (see cachedBlock).
 		limit := p.l.cacheCap.Load()
 		cb.big = b.Whole() && b.Size >= limit*cacheShare/bigSegment
-		bytes, big := c.bytes, c.big
 		if cb.big {
-			limit, big = limit*cacheShare/bigShare, big+b.Size
-		} else {
-			bytes += b.Size
+			limit = limit * cacheShare / bigShare
 		}
 		if b.Size > limit {
 			return false
@@ -209,16 +215,12 @@ func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 		// b's kind while its share is over (b.Size <= limit: evicting
 		// every block of its kind would do, so the loop ends).
 		var evict [cacheBlocks]int
-		k := 0
-		for i := 0; i < len(c.blocks) && (len(c.blocks)-k == cacheBlocks || (cb.big && big > limit) || (!cb.big && bytes > limit)); i++ {
-			old := c.blocks[i]
-			if len(c.blocks)-k < cacheBlocks && old.big != cb.big {
+		k, share := 0, c.sum(cb.big)+b.Size
+		for i := 0; i < len(c.blocks) && (len(c.blocks)-k == cacheBlocks || share > limit); i++ {
+			if old := c.blocks[i]; old.big == cb.big {
+				share -= old.Size
+			} else if len(c.blocks)-k < cacheBlocks {
 				continue // not the kind over its share
-			}
-			if old.big {
-				big -= old.Size
-			} else {
-				bytes -= old.Size
 			}
 			evict[k] = i
 			k++
@@ -236,11 +238,7 @@ func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 		c.ever.Store(true)
 	}
 	c.blocks = append(c.blocks, cb)
-	if cb.big {
-		c.big += b.Size
-	} else {
-		c.bytes += b.Size
-	}
+	c.count(cb, b.Size)
 	c.d.put(b, size)
 	if b.Split && !c.d.moves.trip(b.Seg, b.Size) {
 		c.d.moves.list(b.Seg, b.Size)
@@ -311,7 +309,7 @@ func (p *Pool) evict(r *qstate, at []int) {
 	var gone []*segment
 	for _, i := range at {
 		cb := c.blocks[i]
-		c.drop(cb) // before the policy merges it
+		c.count(cb, -cb.Size) // before the policy merges it
 		gone = p.uncacheLocked(gone, r, cb.block)
 		c.blocks[i].block = nil
 	}
