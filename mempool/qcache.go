@@ -300,7 +300,7 @@ func (p *Pool) uncacheLocked(gone []*segment, qs *qstate, b *block) []*segment {
 	return gone
 }
 
-// evict gives the blocks of r's cache at the indices at (ascending)
+// evict gives the blocks of r's cache at the indices at (ascending, one at least)
 // back to the pool, in one hold of p.mu. r.c.mu must be held.
 func (p *Pool) evict(r *qstate, at []int) {
 	c := &r.c
@@ -315,8 +315,8 @@ func (p *Pool) evict(r *qstate, at []int) {
 	}
 	stale := p.forget(gone...)
 	p.mu.Unlock()
-	kept := c.blocks[:0]
-	for _, cb := range c.blocks {
+	kept := c.blocks[:at[0]] // the blocks before the first evicted stay where they are
+	for _, cb := range c.blocks[at[0]:] {
 		if cb.block != nil {
 			kept = append(kept, cb)
 		}
