@@ -15,6 +15,7 @@ type request struct {
 	pb       *PooledBuffer // newPooledBuffer's, readied by the core's handOut
 	mayDrain bool          // queue caches may hold blocks that serve it
 	counted  bool          // counted as a hit or a miss
+	cacheMu  bool          // q's cache missed it and is still locked (see allocateCached)
 	guard    int64         // the sanitizer's guard bytes after the block (sanitize.go); 0 when off
 }
 
@@ -50,12 +51,14 @@ func (p *Pool) allocate(size int64, r *qstate) (*PooledBuffer, error) {
 	}
 	hooks := p.hooks.Load()
 	pb := p.newPooledBuffer()
+	var cacheMu bool
 	if hooks == nil {
-		if got := p.allocateCached(size, r, pb); got != nil {
+		var got *PooledBuffer
+		if got, cacheMu = p.allocateCached(size, r, pb); got != nil {
 			return got, nil
 		}
 	}
-	req := &request{size: size, q: r, hooks: hooks, pb: pb}
+	req := &request{size: size, q: r, hooks: hooks, pb: pb, cacheMu: cacheMu}
 	if p.san != nil {
 		req.guard = p.san.guardFor(size)
 	}

@@ -70,7 +70,7 @@ func (l *ladder) try() *segment {
 func (p *Pool) serve(req *request) (*block, []policy.Use, error) {
 	req.mayDrain = p.cacheState.Load() != cachesGone && (p.arena || p.blockSize(req.size) <= cacheMaxBlock)
 	lad := ladder{frees: -1}
-	p.lockFlushed(req.q)
+	p.lockFlushed(req.q, req.cacheMu)
 	d := p.decide(req, &lad)
 	p.mu.Unlock()
 	for {

@@ -120,18 +120,22 @@ func (c *qcache) count(cb cachedBlock, n int64) {
 // up the finalizers of one queue's goroutines, as p.mu does elsewhere:
 // see core.handOut); without, nil, and the cache carves one from its
 // slab. The caller checked that hooks are off.
-func (p *Pool) allocateCached(size int64, r *qstate, pb *PooledBuffer) *PooledBuffer {
+//
+// On a miss under the cache's lock it returns locked true and leaves the
+// lock held, for the pool's path to take p.mu under it (lockFlushed) and
+// let it go: a miss then takes the cache's lock once, not twice.
+func (p *Pool) allocateCached(size int64, r *qstate, pb *PooledBuffer) (got *PooledBuffer, locked bool) {
 	if p.cacheState.Load() != cachesOn || r.ooo {
-		return nil // checked again under the lock; this spares pools without caches the lock
+		return nil, false // checked again under the lock; this spares pools without caches the lock
 	}
 	if size > cacheMaxBlock {
-		return nil // its block is larger still
+		return nil, false // its block is larger still
 	}
 	c := &r.c
 	c.mu.Lock()
 	if p.cacheState.Load() != cachesOn {
 		c.mu.Unlock()
-		return nil
+		return nil, false
 	}
 	// A queue asks for the same sizes over and over: the last one's
 	// block size is kept.
@@ -141,16 +145,14 @@ func (p *Pool) allocateCached(size int64, r *qstate, pb *PooledBuffer) *PooledBu
 		c.lastSize, c.lastN = size, n
 	}
 	if n > cacheMaxBlock {
-		c.mu.Unlock()
-		return nil
+		return nil, true
 	}
 	i := len(c.blocks) - 1
 	for i >= 0 && c.blocks[i].Size != n {
 		i--
 	}
 	if i < 0 {
-		c.mu.Unlock()
-		return nil
+		return nil, true
 	}
 	cb := c.blocks[i]
 	b := cb.block
@@ -178,7 +180,7 @@ func (p *Pool) allocateCached(size int64, r *qstate, pb *PooledBuffer) *PooledBu
 	}
 	p.flushIfDue(r)
 	c.mu.Unlock()
-	return pb
+	return pb, false
 }
 
 // putCached gives pb's block, of a request of size, back into the

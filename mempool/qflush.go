@@ -34,14 +34,20 @@ func (p *Pool) flushCacheLocked(r *qstate) {
 
 // lockFlushed takes p.mu for an operation on queue r (p.host: none),
 // with r's cache's sums in the ledger first, so that the ledger sees the
-// queue's operations in order. Once caching is off, the caches were
-// drained (see StopHolding) and there is nothing to bring in.
-func (p *Pool) lockFlushed(r *qstate) {
-	if p.cacheState.Load() == cachesGone {
-		p.lock()
-		return
+// queue's operations in order, and lets go of r's cache's lock. If
+// locked, the caller holds that lock already (allocateCached's miss);
+// else lockFlushed takes it. Once caching is off, the caches were
+// drained (see StopHolding) and there is nothing to bring in (a cache's
+// lock held keeps caching from going off: StopHolding drains that cache
+// first).
+func (p *Pool) lockFlushed(r *qstate, locked bool) {
+	if !locked {
+		if p.cacheState.Load() == cachesGone {
+			p.lock()
+			return
+		}
+		r.c.mu.Lock()
 	}
-	r.c.mu.Lock()
 	p.lock()
 	p.flushCacheLocked(r)
 	r.c.mu.Unlock()
@@ -74,7 +80,7 @@ func (p *Pool) cacheList() []*qstate { return *p.caches.Load() }
 // flushAll brings every queue's cache's sums into the ledger.
 func (p *Pool) flushAll() {
 	for _, qs := range p.cacheList() {
-		p.lockFlushed(qs)
+		p.lockFlushed(qs, false)
 		p.mu.Unlock()
 	}
 }
