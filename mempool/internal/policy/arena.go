@@ -1,6 +1,9 @@
 package policy
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // MinBlock is the smallest block an arena hands out, and the unit its
 // blocks are rounded to when the device asks for less alignment.
@@ -107,10 +110,14 @@ func (a *Arena[T]) Round(size int64) int64 { return Round(size, a.align) }
 
 // Round returns the size of an arena's block for a request of size, its
 // blocks aligned to align (a power of two): size rounded up to a multiple
-// of align, at least align.
+// of align, at least align; math.MaxInt64, which no block fits, if that
+// multiple is past it (the pool caps requests far below).
 func Round(size, align int64) int64 {
 	if size <= align {
 		return align
+	}
+	if size > math.MaxInt64-(align-1) {
+		return math.MaxInt64
 	}
 	return (size + align - 1) &^ (align - 1)
 }

@@ -1,6 +1,9 @@
 package policy
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // SmallRequest splits small requests from large ones: a segment made for
 // a request of up to this many bytes is a small segment (torch's small
@@ -172,6 +175,13 @@ func (p *Arenas[T]) Oversize(size int64) bool {
 	return p.maxSplit > 0 && p.Round(size) > p.maxSplit
 }
 
+// tiny reports whether a request of size is tiny (see TinyBlock): its
+// block is at most tinyMax bytes, and it is not oversize (a max split
+// under the alignment makes every request oversize).
+func (p *Arenas[T]) tiny(size int64) bool {
+	return p.Round(size) <= p.tinyMax && !p.Oversize(size)
+}
+
 // Get returns a free block for a request of size, now active; nil if none
 // fits.
 func (p *Arenas[T]) Get(size int64) *Block[T] { return p.GetOn(size, 0) }
@@ -181,7 +191,7 @@ func (p *Arenas[T]) Get(size int64) *Block[T] { return p.GetOn(size, 0) }
 func (p *Arenas[T]) GetOn(size int64, q int32) *Block[T] {
 	n := p.Round(size)
 	var b *Block[T]
-	if n <= p.tinyMax {
+	if p.tiny(size) {
 		b = p.a.GetOn(n, q) // tiny segments are not consolidated
 	} else if p.Oversize(size) {
 		b = p.a.GetWhole(n, OversizeSlack)
@@ -200,14 +210,11 @@ func (p *Arenas[T]) GetOn(size int64, q int32) *Block[T] {
 
 // consolidation returns the size of the segment that is to replace the
 // pool's wholly free segments, and true, if the pool is consolidating
-// (see IdleDivisor) and that segment serves a block of n bytes: at least
+// (see replacement) and that segment serves a block of n bytes: at least
 // n, and larger than the growth step. GetOn declines a request only then.
 func (p *Arenas[T]) consolidation(n int64) (int64, bool) {
-	if !p.consolidating() {
-		return 0, false
-	}
-	c := min(p.preferred, roundUp(p.lastPeak+p.lastPeak/HeadroomDivisor, p.unit))
-	return c, c >= n && c > p.step() && n <= p.preferred/2
+	c, ok := p.replacement()
+	return c, ok && c >= n && c > p.step() && n <= p.preferred/2
 }
 
 // noteActive brings activePeak up to date after a block was handed out.
@@ -226,27 +233,40 @@ func (p *Arenas[T]) idle() bool {
 	return p.reserved-p.counts.FreeBytes <= p.reserved/IdleDivisor
 }
 
-// consolidating reports whether the next request is to replace the pool's
-// wholly free segments with one: the pool is idle, all but 1/IdleDivisor
-// of it in wholly free segments, and the busy period before grew it by a
-// little (see IdleDivisor). Get then declines a request the replacing
-// segment serves (see consolidation), even if a free block fits it.
-func (p *Arenas[T]) consolidating() bool {
+// replacement returns the size of the segment that is to replace the
+// pool's wholly free segments (the busy period's peak and
+// 1/HeadroomDivisor more), and true, if the next request is to replace
+// them: the pool is idle, all but 1/IdleDivisor of it in wholly free
+// segments, and the busy period before grew it by a little (see
+// IdleDivisor). Not if a wholly free segment is oversize (an ordinary
+// segment serves none of its requests) or larger than the replacement:
+// then the segments are not a growing program's many small ones, but
+// another phase's, which BeforeGrow's slack keeps for its next turn. Get
+// then declines a request the replacement serves (see consolidation),
+// even if a free block fits it.
+func (p *Arenas[T]) replacement() (int64, bool) {
 	if !p.lastGrew || p.busy || !p.idle() || len(p.a.segs) == 0 {
-		return false
+		return 0, false
 	}
 	p.a.Flush()
+	c := min(p.preferred, roundUp(p.lastPeak+p.lastPeak/HeadroomDivisor, p.unit))
 	var empty int64
 	for _, s := range p.a.empty {
+		if s.Oversize || s.Size > c {
+			return 0, false
+		}
 		empty += s.Size
 	}
-	return empty >= p.reserved-p.reserved/IdleDivisor
+	return c, empty >= p.reserved-p.reserved/IdleDivisor
 }
 
 // Consolidating reports whether the pool is to replace its wholly free
 // segments with one (see IdleDivisor): a request that segment serves is
 // declined by Get though a free block may fit it.
-func (p *Arenas[T]) Consolidating() bool { return p.consolidating() }
+func (p *Arenas[T]) Consolidating() bool {
+	_, ok := p.replacement()
+	return ok
+}
 
 // Replacing reports whether Get declined the last request for a segment
 // that replaces the wholly free ones: NewSegment sizes it, and
@@ -272,7 +292,7 @@ func (p *Arenas[T]) SegmentSize(size int64) int64 {
 // request alone (past the growth step; not oversize).
 func (p *Arenas[T]) segmentSize(size int64) (int64, bool) {
 	n := p.Round(size)
-	if n <= p.tinyMax {
+	if p.tiny(size) {
 		first := max(TinySegment, TinySegmentBlocks*p.tinyMax)
 		return roundUp(min(p.preferred/2, max(first, p.tinyBytes/2)), p.own), false
 	}
@@ -331,7 +351,7 @@ func (p *Arenas[T]) outgrew(n int64) bool {
 func (p *Arenas[T]) NewSegment(size int64) *Segment[T] {
 	n, own := p.segmentSize(size)
 	small := p.small(size)
-	return &Segment[T]{Size: n, Small: small, Oversize: p.Oversize(size), own: own && !small, tiny: p.Round(size) <= p.tinyMax}
+	return &Segment[T]{Size: n, Small: small, Oversize: p.Oversize(size), own: own && !small, tiny: p.tiny(size)}
 }
 
 // small reports whether a segment made for a request of size is small.
@@ -348,7 +368,7 @@ func (p *Arenas[T]) small(size int64) bool {
 // then one of small ones) from freeing one phase's segments to make the
 // next one's, and allocating them again each turn.
 func (p *Arenas[T]) BeforeGrow(size int64) []*Segment[T] {
-	if p.Round(size) <= p.tinyMax {
+	if p.tiny(size) {
 		return nil // a tiny segment is small, and none is wholly free (one would serve size)
 	}
 	if p.pending > 0 { // the new segment replaces every wholly free one
@@ -404,7 +424,7 @@ func (p *Arenas[T]) takeAll() []*Segment[T] {
 func (p *Arenas[T]) Add(seg *Segment[T], size int64) *Block[T] {
 	p.pending = 0
 	switch {
-	case p.Round(size) <= p.tinyMax: // not the growth consolidation is for
+	case p.tiny(size): // not the growth consolidation is for
 	case p.busy:
 		p.periodGrew = true
 		p.periodAdded += seg.Size
@@ -425,7 +445,7 @@ func (p *Arenas[T]) Add(seg *Segment[T], size int64) *Block[T] {
 	}
 	seg.Oversize, seg.Small = p.Oversize(size), p.small(size)
 	seg.own = seg.own && !seg.Oversize && !seg.Small
-	if seg.tiny = p.Round(size) <= p.tinyMax; seg.tiny {
+	if seg.tiny = p.tiny(size); seg.tiny {
 		p.tinyBytes += seg.Size
 	}
 	p.gone = p.gone[:0]
@@ -528,4 +548,11 @@ func (p *Arenas[T]) OwnMin() int64 { return p.a.ownMin }
 // after the pool's size changed.
 func (p *Arenas[T]) setOwnMin() { p.a.SetOwnMin(p.a.Bytes() / OwnShareDivisor) }
 
-func roundUp(n, unit int64) int64 { return (n + unit - 1) / unit * unit }
+// roundUp returns n rounded up to a multiple of unit; math.MaxInt64 if
+// that is past it.
+func roundUp(n, unit int64) int64 {
+	if n > math.MaxInt64-(unit-1) {
+		return math.MaxInt64
+	}
+	return (n + unit - 1) / unit * unit
+}
