@@ -49,7 +49,7 @@ type decision struct {
 	uses  []policy.Use // the commands b waits for first
 	seg   *segment     // a segment reserved for the request, to allocate
 	drain bool         // drain the queue caches first: if blocks moved, decide again
-	never bool         // no limit could ever serve the request: it fails at once
+	never bool         // no limit could ever serve the request: it fails (after the drain, if drain)
 	err   error        // the request fails
 	free  []*segment   // segments out of the pool's accounts, to free
 	stale []mem        // sub-buffers to release
@@ -68,7 +68,37 @@ func (c *core) decide(req *request, lad *ladder) (d decision) {
 	if c.life == lifeClosed {
 		return decision{err: ErrPoolClosed}
 	}
-	if b := c.pol.GetOn(req.need(), req.q.id); b != nil {
+	b := c.pol.GetOn(req.need(), req.q.id)
+	if b == nil && lad.pressed {
+		b = c.pol.GetAnyOn(req.need(), req.q.id)
+	}
+	if b == nil && lad.seg == nil {
+		// The first miss: free what the policy gives up before it
+		// grows. It counts as a miss unless a drain brings a block that
+		// serves it.
+		lad.seg, lad.own = c.newSegment(req.need()), c.ownSegment(req.need())
+		if lad.own.Size >= lad.seg.Size {
+			lad.own = lad.seg
+		}
+		if c.limit > 0 && lad.own.Size > c.limit {
+			// No segment fits under the limit: the blocks waiting in
+			// the queue caches may serve the request (drain, then decide
+			// again), else any free block that fits.
+			c.l.sync(c.pol.Counts()) // GetOn may have merged blocks
+			if req.mayDrain {
+				return decision{never: true, drain: true}
+			}
+			lad.pressed = true
+			if b = c.pol.GetAnyOn(req.need(), req.q.id); b == nil {
+				c.countMiss(req)
+				return decision{never: true}
+			}
+		} else {
+			d.free = c.pol.BeforeGrow(req.need())
+			d.drain = req.mayDrain
+		}
+	}
+	if b != nil {
 		if req.counted { // a miss, served after the ladder freed or collected
 			c.l.activate(b, req.size)
 		} else {
@@ -80,22 +110,6 @@ func (c *core) decide(req *request, lad *ladder) (d decision) {
 		req.pb = c.handOut(req.pb)
 		c.note(b, req)
 		return decision{b: b, uses: handover(b, req.q)}
-	}
-	if lad.seg == nil {
-		// The first miss: free what the policy gives up before it
-		// grows. It counts as a miss unless a drain brings a block that
-		// serves it.
-		lad.seg, lad.own = c.newSegment(req.need()), c.ownSegment(req.need())
-		if lad.own.Size >= lad.seg.Size {
-			lad.own = lad.seg
-		}
-		if c.limit > 0 && lad.own.Size > c.limit {
-			c.countMiss(req)
-			c.l.sync(c.pol.Counts()) // GetOn may have merged blocks
-			return decision{never: true}
-		}
-		d.free = c.pol.BeforeGrow(req.need())
-		d.drain = req.mayDrain
 	}
 	if !d.drain {
 		c.countMiss(req)

@@ -185,7 +185,12 @@
 //     wraps the allocator's error (nil for the limit's) and matches
 //     ErrOutOfMemory (the same value as allocator.ErrOutOfMemory).
 //
-// Other allocator errors return at once. A request larger than the
+// From the first refusal on, every retry takes any free block that fits:
+// an arena's placement rules (an own segment's blocks kept for large
+// requests, tiny requests kept to tiny segments and the holes of segments
+// in use) give way before the request fails.
+//
+// Other allocator errors return at once, the request counted as a miss. A request larger than the
 // device's largest buffer (MaxMemAllocSize) fails at once, freeing
 // nothing, with an *OutOfMemoryError that names that size and also
 // matches cl.ErrInvalidBufferSize: code written for torch or CuPy expects
@@ -199,7 +204,8 @@
 // it goes down the ladder above. An arena's segment larger than the room
 // the limit leaves shrinks to the room, if the request fits. A request
 // whose own block could not fit even in an empty pool fails at once and
-// keeps what the pool holds. The limit comes from WithLimit (bytes),
+// keeps what the pool holds, once the queue caches are drained and no
+// free block fits it. The limit comes from WithLimit (bytes),
 // WithLimitFraction (of the device's global memory, as torch's
 // set_per_process_memory_fraction), or, when neither is given, the
 // environment variable CLPOOL_MEMORY_LIMIT ("1073741824", "2GiB", "50%"), as

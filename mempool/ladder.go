@@ -44,6 +44,7 @@ type ladder struct {
 	freesSeen int64    // the pool's batches of frees when the last decision was made
 	finals    int      // rung 5's rounds so far
 	cause     error    // the device's last refusal; nil if only the limit refused
+	pressed   bool     // refused once: any free block that fits serves (placement.GetAnyOn)
 	pending   *segment // reserved before a drain, taken back by the next decide
 }
 
@@ -78,14 +79,16 @@ func (p *Pool) serve(req *request) (*block, []policy.Use, error) {
 		switch {
 		case d.err != nil:
 			return nil, nil, d.err
-		case d.never:
-			return nil, nil, p.outOfMemory(req, lad.own.Size, nil)
 		case d.b != nil:
 			return d.b, d.uses, nil
-		case d.drain && p.drainCaches():
-			// Blocks came back from the caches: decide again, as at the
-			// first miss (the reservation is taken back there).
+		case d.drain && (p.drainCaches() || d.never):
+			// Blocks came back from the caches (or no segment fits
+			// under the limit, and any block that fits is to be tried):
+			// decide again, as at the first miss (the reservation is
+			// taken back there), with no drain (so this happens once).
 			lad.seg, lad.own, req.mayDrain = nil, nil, false
+		case d.never:
+			return nil, nil, p.outOfMemory(req, lad.own.Size, nil)
 		case d.seg != nil:
 			lad.pending = nil
 			b, err := p.grow(req, d.seg)
@@ -93,6 +96,9 @@ func (p *Pool) serve(req *request) (*block, []policy.Use, error) {
 				return b, nil, nil
 			}
 			if !isOutOfMemory(err) || errors.Is(err, ErrPanicked) {
+				p.lock()
+				p.countMiss(req) // not yet, if a drain was asked for
+				p.mu.Unlock()
 				return nil, nil, err // a panic fails the request, as the doc says
 			}
 			lad.cause = err
@@ -156,6 +162,7 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 	p.lock()
 	p.countMiss(req)
 	p.mu.Unlock()
+	lad.pressed = true
 	for {
 		switch lad.rung {
 		case rungKept:
@@ -366,9 +373,11 @@ func isOutOfMemory(err error) bool {
 // not serve: it tried a segment of n bytes last, and the device refused
 // it with cause (nil: the limit refused it).
 func (p *Pool) outOfMemory(req *request, n int64, cause error) error {
-	p.flushAll() // the figures count what the queue caches did too
+	p.drainCaches() // the figures count what the queue caches did and hold too
+	p.flushAll()
 	p.lock()
 	defer p.mu.Unlock()
+	p.countMiss(req) // not yet, if a drain was asked for
 	p.l.oomRefused()
 	s := p.statsLocked()
 	e := &OutOfMemoryError{

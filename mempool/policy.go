@@ -24,6 +24,9 @@ type placement interface {
 	// GetOn takes a free block for size out of the free set, or returns
 	// nil; it may prefer blocks that only queue q may still use.
 	GetOn(size int64, q int32) *block
+	// GetAnyOn is GetOn for a request on the out-of-memory ladder: it
+	// may take a block the policy keeps for other requests.
+	GetAnyOn(size int64, q int32) *block
 	// NewSegment returns the segment, not yet allocated, that a miss of
 	// size makes (the pool's ladder may try a segment of BlockSize(size)
 	// bytes instead, with the same marks).

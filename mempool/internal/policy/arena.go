@@ -157,11 +157,37 @@ func (a *Arena[T]) GetOn(n int64, q int32) *Block[T] {
 	if b == nil {
 		return nil
 	}
+	a.cut(b, n)
+	return b
+}
+
+// GetAny is Get when nothing else is left (the pool's out-of-memory
+// ladder): the smallest free block of at least n bytes, of any segment
+// but an oversize one, whatever the placement rules (an own segment's
+// blocks kept for large requests; tiny segments' blocks for tiny ones,
+// which take no block of a wholly free segment). nil if none fits.
+func (a *Arena[T]) GetAny(n int64) *Block[T] {
+	a.Flush()
+	c := BinNumber(n, a.lb)
+	var b *Block[T]
+	for _, x := range []*freeIndex[T]{&a.sized, &a.owned, &a.tiny} {
+		if f := fitIn(x, c, n); f != nil && (b == nil || f.Size < b.Size) {
+			b = f
+		}
+	}
+	if b != nil {
+		a.cut(b, n)
+	}
+	return b
+}
+
+// cut takes b, free and listed, off its index, makes it active and cuts
+// it down to n bytes.
+func (a *Arena[T]) cut(b *Block[T], n int64) {
 	a.index(b).remove(b)
 	a.take(b)
 	a.split(b, n)
 	a.unpark(b)
-	return b
 }
 
 // GetWhole takes a wholly free oversize segment of n to n+slack bytes

@@ -208,6 +208,22 @@ func (p *Arenas[T]) GetOn(size int64, q int32) *Block[T] {
 	return b
 }
 
+// GetAnyOn is GetOn when nothing else is left (the pool's out-of-memory
+// ladder): if GetOn finds nothing (or declines for a consolidation), it
+// takes the smallest free block that fits of any segment but an oversize
+// one, whatever the placement rules (see Arena.GetAny).
+func (p *Arenas[T]) GetAnyOn(size int64, q int32) *Block[T] {
+	b := p.GetOn(size, q)
+	if b == nil && !p.Oversize(size) {
+		b = p.a.GetAny(p.Round(size))
+	}
+	if b != nil {
+		p.pending = 0
+		p.noteActive()
+	}
+	return b
+}
+
 // consolidation returns the size of the segment that is to replace the
 // pool's wholly free segments, and true, if the pool is consolidating
 // (see replacement) and that segment serves a block of n bytes: at least

@@ -127,6 +127,9 @@ func (p *Bins[T]) Get(size int64) *Block[T] { return p.GetOn(size, 0) }
 // preferScan is how deep into a stack GetOn looks for a block of its queue.
 const preferScan = 4
 
+// GetAnyOn is GetOn: exact bins have no placement rule to relax.
+func (p *Bins[T]) GetAnyOn(size int64, q int32) *Block[T] { return p.GetOn(size, q) }
+
 // GetOn is Get for a request on queue q (0: none): among the few most
 // recently given back blocks of the bin, it takes the newest that only q
 // may still use, else the newest.
