@@ -8,8 +8,9 @@ import (
 )
 
 // BenchmarkReplay replays recorded and synthetic traces through a warm pool
-// over Immediate, with exact bins and with the arena: what `clpool replay`
-// times, in a form `-cpuprofile` can look into (ns/event).
+// over Immediate, with exact bins and with the arena, with drop safety and
+// without (-nodrop): what `clpool replay` times, in a form `-cpuprofile`
+// can look into (ns/event).
 func BenchmarkReplay(b *testing.B) {
 	for _, name := range []string{"cg", "mlp", "particles", "synth-random-mixed"} {
 		events, err := trace.ReadFile("../testdata/" + name + ".tsv")
@@ -20,7 +21,12 @@ func BenchmarkReplay(b *testing.B) {
 		for _, policy := range []struct {
 			name string
 			opts []mempool.Option
-		}{{"bins", nil}, {"arena", []mempool.Option{mempool.WithArena()}}} {
+		}{
+			{"bins", nil},
+			{"arena", []mempool.Option{mempool.WithArena()}},
+			{"bins-nodrop", []mempool.Option{mempool.WithDropSafety(false)}},
+			{"arena-nodrop", []mempool.Option{mempool.WithArena(), mempool.WithDropSafety(false)}},
+		} {
 			b.Run(name+"/"+policy.name, func(b *testing.B) {
 				p := benchPool(b, policy.opts...)
 				replay := func() {
