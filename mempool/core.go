@@ -72,7 +72,10 @@ func (c *core) decide(req *request, lad *ladder) (d decision) {
 	if b == nil && lad.pressed {
 		b = c.pol.GetAnyOn(req.need(), req.q.id)
 	}
-	if b == nil && lad.seg == nil {
+	if b != nil {
+		return c.serveBlock(req, b)
+	}
+	if lad.seg == nil {
 		// The first miss: free what the policy gives up before it
 		// grows. It counts as a miss unless a drain brings a block that
 		// serves it.
@@ -89,27 +92,14 @@ func (c *core) decide(req *request, lad *ladder) (d decision) {
 				return decision{never: true, drain: true}
 			}
 			lad.pressed = true
-			if b = c.pol.GetAnyOn(req.need(), req.q.id); b == nil {
-				c.countMiss(req)
-				return decision{never: true}
+			if b = c.pol.GetAnyOn(req.need(), req.q.id); b != nil {
+				return c.serveBlock(req, b)
 			}
-		} else {
-			d.free = c.pol.BeforeGrow(req.need())
-			d.drain = req.mayDrain
+			c.countMiss(req)
+			return decision{never: true}
 		}
-	}
-	if b != nil {
-		if req.counted { // a miss, served after the ladder freed or collected
-			c.l.activate(b, req.size)
-		} else {
-			req.counted = true
-			c.l.request(req.q, true)
-			c.l.hit(b, req.size)
-		}
-		c.l.sync(c.pol.Counts())
-		req.pb = c.handOut(req.pb)
-		c.note(b, req)
-		return decision{b: b, uses: handover(b, req.q)}
+		d.free = c.pol.BeforeGrow(req.need())
+		d.drain = req.mayDrain
 	}
 	if !d.drain {
 		c.countMiss(req)
@@ -131,6 +121,21 @@ func (c *core) decide(req *request, lad *ladder) (d decision) {
 		lad.pending = d.seg
 	}
 	return d
+}
+
+// serveBlock hands b, taken from the policy, out for req.
+func (c *core) serveBlock(req *request, b *block) decision {
+	if req.counted { // a miss, served after the ladder freed or collected
+		c.l.activate(b, req.size)
+	} else {
+		req.counted = true
+		c.l.request(req.q, true)
+		c.l.hit(b, req.size)
+	}
+	c.l.sync(c.pol.Counts())
+	req.pb = c.handOut(req.pb)
+	c.note(b, req)
+	return decision{b: b, uses: handover(b, req.q)}
 }
 
 // reserve counts seg's bytes as managed before they are allocated, so
