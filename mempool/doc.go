@@ -42,8 +42,9 @@
 // at least 512 bytes. Wholly free segments are kept for reuse until the
 // pool is about to grow past the most it has held and a sixteenth past
 // the most its blocks ever took, when they go first (so phases of a
-// program that take turns at the peak keep their segments); FreeHeld and
-// the out-of-memory ladder free them too. WithMaxSplitSize
+// program that take turns at the peak keep their segments), even if the
+// queue caches, drained next, then hold a block that serves the request;
+// FreeHeld and the out-of-memory ladder free them too. WithMaxSplitSize
 // gives requests over a size segments of their own that are never split.
 //
 // A segment made for one large request (past the growth step) serves
@@ -58,14 +59,15 @@
 //
 // Tiny requests (a block of the alignment: a scalar, a reduction's
 // result) take blocks of tiny segments (4 KiB, or eight blocks, at first;
-// each next one adds half what they hold), else the smallest free block
+// each next one adds half what they hold, and at least as much as the
+// first), else the smallest free block
 // of a segment in use, and never cut a wholly free segment (but to take
 // back a block of their size that waits unmerged there): a pool exactly
 // as large as its live peak (a CG solver's seven arrays, each a segment)
 // then keeps every segment for its arrays, where a scalar cut from one
 // made the next array miss. No other request takes a tiny segment's
-// blocks, so under a device budget of a few KiB the first tiny segment
-// can leave no room for a larger request.
+// blocks until the device or the limit refuses it a segment (see Out of
+// memory).
 //
 // A block of an arena is a range of its segment: Base and Offset name it,
 // and array/ passes them to kernels. Buffer makes a sub-buffer covering
@@ -188,7 +190,9 @@
 // From the first refusal on, every retry takes any free block that fits:
 // an arena's placement rules (an own segment's blocks kept for large
 // requests, tiny requests kept to tiny segments and the holes of segments
-// in use) give way before the request fails.
+// in use) give way before the request fails. An oversize request
+// (WithMaxSplitSize) still takes only a wholly free oversize segment: no
+// block of it is ever split.
 //
 // Other allocator errors return at once, the request counted as a miss. A request larger than the
 // device's largest buffer (MaxMemAllocSize) fails at once, freeing

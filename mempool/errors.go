@@ -76,7 +76,7 @@ type OutOfMemoryError struct {
 	AllocSize    int64 // the bytes of the bin the pool tried to allocate
 	ActiveBlocks int   // blocks in use
 	ActiveBytes  int64 // bytes asked for by the blocks in use
-	HeldBlocks   int   // blocks held for reuse (all freed first, so usually 0)
+	HeldBlocks   int   // blocks held for reuse: those the ladder could not free (see LargestHeldBin)
 	HeldBytes    int64
 	ManagedBytes int64 // bytes the pool owns: active blocks' alloc sizes plus held
 	Limit        int64 // the pool's limit; 0 if none
@@ -87,8 +87,10 @@ type OutOfMemoryError struct {
 	// otherwise.
 	DeviceMaxAlloc int64
 
-	// The largest bin still holding a block (after the pool freed what it
-	// could, a block only a concurrent Close brought back), and its size.
+	// The largest bin still holding a block, and its size: blocks the
+	// ladder could not free (an arena's free blocks in segments in use,
+	// everything on a refusal at once by the limit), or one a concurrent
+	// Close brought back.
 	LargestHeldBin  uint32
 	LargestHeldSize int64 // 0 if nothing is held
 

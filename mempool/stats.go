@@ -67,8 +67,9 @@ func (d *statDelta) trips(n, k int64) {
 	d.freed += n
 }
 
-// StatGroup is a Stat for all blocks, and for small (under SmallBlock) and
-// large blocks apart: torch's "all", "small_pool" and "large_pool".
+// StatGroup is a Stat for all blocks, and for the small and the large
+// pool apart (see SmallBlock: an arena's blocks count in the pool of their
+// segment): torch's "all", "small_pool" and "large_pool".
 //
 // Inside the pool only Small, Large and All.Peak are kept up to date; the
 // rest of All is their sum, filled in when the statistics are read
@@ -176,7 +177,7 @@ type Stats struct {
 	DeviceFrees  int64 // buffers given back to the allocator (num_device_free)
 	FreeErrors   int64 // frees the allocator reported an error for (the buffer is dropped all the same)
 	Reclaimed    int64 // buffers dropped without Close and returned by the garbage collector
-	OOMRetries   int64 // device allocations that failed for lack of memory and were retried after freeing (num_alloc_retries)
+	OOMRetries   int64 // retries after the limit or the device refused a segment: after freeing, collecting, or trying a smaller segment (num_alloc_retries)
 	OOMs         int64 // requests refused with ErrOutOfMemory (num_ooms)
 
 	// The torch-style statistics (torch.cuda.memory_stats), by all, small

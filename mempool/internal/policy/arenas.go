@@ -65,13 +65,14 @@ const (
 // smallest free block of a segment in use, and never cut a wholly free
 // segment (but to take back a block of their size waiting unmerged in
 // one: keeping those for tiny segments cost particles 1.130x -> 1.182x
-// its plan); no other request takes a tiny segment's blocks. A tiny block cut from a
+// its plan); no other request takes a tiny segment's blocks (but through
+// GetAnyOn, on the pool's out-of-memory ladder). A tiny block cut from a
 // segment the pool's larger requests need would keep them from it, and a
 // pool exactly as large as its live peak (a program of arrays of one size
 // and a few scalars) then missed on every array that followed a scalar.
 // The first tiny segment holds TinySegmentBlocks tiny blocks, at least
-// TinySegment bytes; each one after adds half the tiny segments' bytes
-// (a program of many scalars takes few segments, and at most half of
+// TinySegment bytes; each one after adds half the tiny segments' bytes,
+// and at least the first one's (a program of many scalars takes few segments, and at most half of
 // what they hold is not yet used), up to half the preferred size. A tiny
 // segment frees nothing to grow (see BeforeGrow), and one wholly free
 // one stays when the pool grows (see takeAll).
@@ -211,7 +212,9 @@ func (p *Arenas[T]) GetOn(size int64, q int32) *Block[T] {
 // GetAnyOn is GetOn when nothing else is left (the pool's out-of-memory
 // ladder): if GetOn finds nothing (or declines for a consolidation), it
 // takes the smallest free block that fits of any segment but an oversize
-// one, whatever the placement rules (see Arena.GetAny).
+// one, whatever the placement rules (see Arena.GetAny). An oversize
+// request gets only what GetOn gives it, a wholly free oversize segment:
+// it never takes a block cut from another.
 func (p *Arenas[T]) GetAnyOn(size int64, q int32) *Block[T] {
 	b := p.GetOn(size, q)
 	if b == nil && !p.Oversize(size) {
