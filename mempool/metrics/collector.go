@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/mempool"
@@ -23,23 +25,28 @@ type Collector struct {
 	pools map[string]*mempool.Pool // by name
 }
 
-// NewCollector returns a Collector of p's statistics under name. Register
-// it with a prometheus.Registerer; Add adds more pools. With a nil p it
-// starts with no pool, and name is unused.
+// NewCollector returns a Collector of p's statistics under name (its
+// bytes that are not valid UTF-8, which no label may hold, replaced by
+// U+FFFD). Register it with a prometheus.Registerer; Add adds more pools.
+// With a nil p it starts with no pool, and name is unused.
 func NewCollector(name string, p *mempool.Pool) *Collector {
 	c := &Collector{pools: map[string]*mempool.Pool{}}
 	if p != nil {
-		c.pools[name] = p
+		c.pools[validLabel(name)] = p
 	}
 	return c
 }
 
 // Add adds p's statistics under name. It returns an error matching
 // ErrNameTaken if the collector has a pool of that name already, and an
-// error for a nil p.
+// error for a nil p or a name that is not valid UTF-8 (no label may hold
+// it); it adds nothing then.
 func (c *Collector) Add(name string, p *mempool.Pool) error {
 	if p == nil {
 		return fmt.Errorf("metrics: Add(%q): nil pool", name)
+	}
+	if !utf8.ValidString(name) {
+		return fmt.Errorf("metrics: Add(%q): the name is not valid UTF-8", name)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -86,7 +93,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Unlock()
 
 	for name, p := range pools {
-		device := DeviceLabel(p.Device())
+		device := validLabel(DeviceLabel(p.Device()))
 		s := p.Stats()
 		for _, g := range groups {
 			sg := g.get(&s)
@@ -127,8 +134,13 @@ var poolLabels = []string{"device", "pool"}
 // card does not rename the first's series. It returns "" for a nil d.
 func DeviceLabel(d *cl.Device) string { return d.StableName() }
 
+// validLabel returns s with its bytes that are not valid UTF-8, which no
+// label may hold, replaced by U+FFFD.
+func validLabel(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
+
 // queueLabels returns the queue label of each of queues: its name (On's
-// QueueName) or else its index. A label a queue before it already has
+// QueueName, its bytes that are not valid UTF-8 replaced by U+FFFD) or
+// else its index. A label a queue before it already has
 // gets "#" and the queue's index after it, again until it is one no queue
 // before has (a tie-break can be another queue's own name: "copy#3",
 // "copy", "copy" are labelled "copy#3", "copy", "copy#3#3"), so that no
@@ -137,7 +149,7 @@ func queueLabels(queues []mempool.QueueStats) []string {
 	labels := make([]string, len(queues))
 	taken := make(map[string]bool, len(queues))
 	for i, q := range queues {
-		label := q.Name
+		label := validLabel(q.Name)
 		if label == "" {
 			label = strconv.Itoa(i)
 		}
