@@ -271,7 +271,9 @@
 // out-of-memory ladder first give every cached block back to the pool, so
 // memory is still reused across queues. Blocks in a cache count as held;
 // in an arena they wait unmerged until then. A registered hook turns the
-// caches off while it is registered, so that it sees every block.
+// caches off while it is registered, so that it sees every block (those
+// cached before it was registered stay cached, and serve no request, until
+// a miss, FreeHeld or the ladder gives them back).
 //
 // A pool per goroutine (over one allocator) shares nothing at all, but
 // blocks held by one pool are invisible to the others, so a program holds
