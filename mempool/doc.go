@@ -273,7 +273,8 @@
 // in an arena they wait unmerged until then. A registered hook turns the
 // caches off while it is registered, so that it sees every block (those
 // cached before it was registered stay cached, and serve no request, until
-// a miss, FreeHeld or the ladder gives them back).
+// a request the pool cannot otherwise serve, FreeHeld or the ladder gives
+// them back).
 //
 // A pool per goroutine (over one allocator) shares nothing at all, but
 // blocks held by one pool are invisible to the others, so a program holds
