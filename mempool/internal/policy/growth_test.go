@@ -6,6 +6,7 @@ import (
 	"github.com/clpool/clpool/mempool/internal/policy"
 	"github.com/clpool/clpool/trace"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Boundedness of the arena on shapes no trace of testdata has, found by
@@ -65,3 +66,50 @@ func TestArenaSmallBlocksDoNotPinOwnSegments(t *testing.T) {
 }
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
+
+// A program that allocates its arrays before it frees any (its state)
+// took a segment per array: each new segment, a growth step or the
+// array's own, left a tail that shrank the next step. While the pool
+// fills, each segment added in a row now holds twice the blocks of the
+// one before, up to 1/FillDivisor of the pool.
+func TestArenaFillTakesFewSegments(t *testing.T) {
+	const n = 700_000
+	g := newGrower(policy.DefaultPreferredSegment)
+	segs := 0
+	for range 100 {
+		before := g.p.Counts().Segments
+		b := g.get(n)
+		require.NotNil(t, b)
+		segs += g.p.Counts().Segments - before
+		require.NoError(t, g.p.Check())
+	}
+	plan := int64(100 * policy.Round(n, 512))
+	t.Logf("100 arrays of %d bytes: %d segments, %d bytes held (%.3fx their sum)", n, segs, g.held, float64(g.held)/float64(plan))
+	assert.LessOrEqual(t, segs, 60, "was 89 before the pool grew faster while filling")
+	assert.LessOrEqual(t, float64(g.held), 1.10*float64(plan))
+}
+
+// A free ends the fill: the next segment is the policy's usual one.
+func TestArenaFreesEndTheFill(t *testing.T) {
+	const n = 700_000
+	g := newGrower(policy.DefaultPreferredSegment)
+	var arrays []*policy.Block[int]
+	var last int64 // the fill's last segment
+	for range 100 {
+		b := g.get(n)
+		arrays = append(arrays, b)
+		last = b.Seg.Size
+	}
+	require.Nil(t, g.p.Put(arrays[0]))
+	var next int64 // the first new segment after the free
+	for next == 0 {
+		before := g.p.Counts().Segments
+		b := g.get(n)
+		if g.p.Counts().Segments > before {
+			next = b.Seg.Size
+		}
+	}
+	t.Logf("last segment of the fill %d bytes, the first after a free %d", last, next)
+	assert.Less(t, next, last)
+	require.NoError(t, g.p.Check())
+}
