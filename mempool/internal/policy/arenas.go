@@ -60,9 +60,12 @@ const (
 	CreepDivisor = 2
 	// A pool that fills (no block given back since its last new segment:
 	// a program that allocates its arrays before it frees any) grows
-	// faster: each segment added in a row while it fills holds twice the
-	// blocks of the request that makes it as the one before (1, 2, 4,
-	// ...), up to 1/FillDivisor of the pool. A program that allocates 100
+	// faster: each segment added in a row while it fills, for requests no
+	// larger than the one that began the run, holds twice the blocks of
+	// the request that makes it as the one before (1, 2, 4, ...), up to
+	// 1/FillDivisor of the pool. (Arrays each larger than the one before
+	// would leave the spare half of every segment to none: 100 arrays each
+	// 3% larger than the last held 1.45x their plan that way, not 1.06x.) A program that allocates 100
 	// arrays of 700 KB first took 89 segments, and 53 with this (its peak
 	// 1.226x -> 1.071x its plan, the tails of step-sized segments being
 	// gone); the traces that free as they go are unchanged (at 1/8 or
@@ -152,8 +155,9 @@ type Arenas[T comparable] struct {
 	// freed what it replaces) as it did the first time.
 	pending int64
 
-	filling bool // no block given back since the last Add (see FillDivisor)
-	fillRun int  // segments added in a row while filling
+	filling   bool  // no block given back since the last Add (see FillDivisor)
+	fillRun   int   // segments added in a row while filling, for requests of at most fillBlock bytes
+	fillBlock int64 // the block of the request whose segment began the run
 }
 
 // NewArenas returns the policy with blocks aligned to align, size classes
@@ -347,7 +351,7 @@ func (p *Arenas[T]) segmentSize(size int64) (int64, bool) {
 
 // fillSize returns the size of a new segment for blocks of n bytes while
 // the pool fills (see FillDivisor): 2^k of them after k segments added in
-// a row, up to 1/FillDivisor of the held bytes and the preferred size, in
+// a row (for requests no larger than the first's), up to 1/FillDivisor of the held bytes and the preferred size, in
 // whole blocks; 0 if the pool is not filling.
 func (p *Arenas[T]) fillSize(n, held int64) int64 {
 	if !p.filling || p.fillRun == 0 {
@@ -494,10 +498,10 @@ func (p *Arenas[T]) Add(seg *Segment[T], size int64) *Block[T] {
 		p.tinyBytes += seg.Size
 	}
 	p.gone = p.gone[:0]
-	if p.filling {
+	if n := p.Round(size); p.filling && n <= p.fillBlock {
 		p.fillRun++
 	} else {
-		p.fillRun = 0
+		p.fillRun, p.fillBlock = 0, n
 	}
 	p.filling = true
 	b := p.a.Add(seg, p.Round(size))
