@@ -57,7 +57,8 @@
 // need a little more (a sort of a growing set) takes a segment every few
 // rounds, not one per array per round. A pool that fills (nothing given
 // back since its last new segment: a program allocating its state) grows
-// faster, each new segment holding twice the blocks of the one before, up
+// faster while its requests are no larger than the one that began the
+// fill, each new segment holding twice the blocks of the one before, up
 // to a sixteenth of the pool: 100 arrays allocated first take about half
 // as many segments as arrays, not one each.
 //
