@@ -58,37 +58,37 @@ const (
 	// takes one segment every few rounds, not one per array.
 	IdleDivisor  = 8
 	CreepDivisor = 2
-	// A pool that fills (no block given back since its last new segment:
-	// a program that allocates its arrays before it frees any) grows
-	// faster: each segment added in a row while it fills, for requests no
-	// larger than the one that began the run, holds twice the blocks of
-	// the request that makes it as the one before (1, 2, 4, ...), up to
-	// 1/FillDivisor of the pool. (Arrays each larger than the one before
-	// would leave the spare half of every segment to none: 100 arrays each
-	// 3% larger than the last held 1.45x their plan that way, not 1.06x.) A program that allocates 100
+	// A pool that fills (no block given back since its last new segment: a
+	// program that allocates its arrays before it frees any) grows faster:
+	// each segment added in a row while it fills, for requests no larger than
+	// the one that began the run, holds twice the blocks of the request that
+	// makes it as the one before (1, 2, 4, ...), up to 1/FillDivisor of the
+	// pool. (Arrays each larger than the one before would leave the spare half
+	// of every segment to none: 100 arrays each 3% larger than the last held
+	// 1.45x their plan that way, not 1.06x.) A program that allocates 100
 	// arrays of 700 KB first took 89 segments, and 53 with this (its peak
-	// 1.226x -> 1.071x its plan, the tails of step-sized segments being
-	// gone); the traces that free as they go are unchanged (at 1/8 or
-	// 1/12 of the pool, particles went to 1.32-1.36x its plan).
+	// 1.226x -> 1.071x its plan, the tails of step-sized segments being gone);
+	// the traces that free as they go are unchanged (at 1/8 or 1/12 of the
+	// pool, particles went to 1.32-1.36x its plan).
 	FillDivisor = 16
 )
 
 // Tiny requests, of up to TinyBlock bytes (one block of the arena's
 // alignment, if larger), take blocks of tiny segments first, then the
 // smallest free block of a segment in use, and never cut a wholly free
-// segment (but to take back a block of their size waiting unmerged in
-// one: keeping those for tiny segments cost particles 1.130x -> 1.182x
-// its plan); no other request takes a tiny segment's blocks (but through
+// segment (but to take back a block of their size waiting unmerged in one:
+// keeping those for tiny segments cost particles 1.130x -> 1.182x its
+// plan); no other request takes a tiny segment's blocks (but through
 // GetAnyOn, on the pool's out-of-memory ladder). A tiny block cut from a
 // segment the pool's larger requests need would keep them from it, and a
 // pool exactly as large as its live peak (a program of arrays of one size
-// and a few scalars) then missed on every array that followed a scalar.
-// The first tiny segment holds TinySegmentBlocks tiny blocks, at least
-// TinySegment bytes; each one after adds half the tiny segments' bytes,
-// and at least the first one's (a program of many scalars takes few segments, and at most half of
-// what they hold is not yet used), up to half the preferred size. A tiny
-// segment frees nothing to grow (see BeforeGrow), and one wholly free
-// one stays when the pool grows (see takeAll).
+// and a few scalars) then missed on every array that followed a scalar. The
+// first tiny segment holds TinySegmentBlocks tiny blocks, at least
+// TinySegment bytes; each one after adds half the tiny segments' bytes, and
+// at least the first one's (a program of many scalars takes few segments,
+// and at most half of what they hold is not yet used), up to half the
+// preferred size. A tiny segment frees nothing to grow (see BeforeGrow),
+// and one wholly free one stays when the pool grows (see takeAll).
 const (
 	TinyBlock         = MinBlock
 	TinySegment       = 4 << 10
@@ -350,9 +350,10 @@ func (p *Arenas[T]) segmentSize(size int64) (int64, bool) {
 }
 
 // fillSize returns the size of a new segment for blocks of n bytes while
-// the pool fills (see FillDivisor): 2^k of them after k segments added in
-// a row (for requests no larger than the first's), up to 1/FillDivisor of the held bytes and the preferred size, in
-// whole blocks; 0 if the pool is not filling.
+// the pool fills (see FillDivisor): 2^k of them after k segments added in a
+// row (for requests no larger than the first's), up to 1/FillDivisor of the
+// held bytes and the preferred size, in whole blocks; 0 if the pool is not
+// filling.
 func (p *Arenas[T]) fillSize(n, held int64) int64 {
 	if !p.filling || p.fillRun == 0 {
 		return 0
