@@ -189,7 +189,7 @@ func TestStatsAgainstAHandComputedSequence(t *testing.T) {
 	assert.Zero(t, s.Hits+s.Misses+s.DeviceAllocs+s.DeviceFrees)
 
 	m := p.MemoryStats()
-	assert.Len(t, m, 9*3*4+2*4+1+4, "9 groups, 2 oversize stats, max_split_size and 4 counts")
+	assert.Len(t, m, 9*3*4+2*4+1+5, "9 groups, 2 oversize stats, max_split_size and 5 counts")
 	assert.Equal(t, int64(-1), m["max_split_size"], "no limit, as torch reports it")
 	assert.Equal(t, small, m["allocated_bytes.all.current"])
 	assert.Equal(t, small, m["active_bytes.small_pool.current"])
@@ -200,7 +200,7 @@ func TestStatsAgainstAHandComputedSequence(t *testing.T) {
 	assert.Zero(t, m["segment.large_pool.peak"])
 	assert.Equal(t, int64(1), m["segment.small_pool.peak"])
 	assert.Zero(t, m["reserved_bytes.large_pool.current"])
-	for _, k := range []string{"num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free"} {
+	for _, k := range []string{"num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free", "num_sync_all_streams"} {
 		v, ok := m[k]
 		assert.True(t, ok, k)
 		assert.Zero(t, v, k)

@@ -235,7 +235,9 @@ func (s *Stats) groups() []struct {
 
 // MemoryStats returns the pool's statistics under torch.cuda.memory_stats'
 // key names ("allocated_bytes.all.current", "segment.large_pool.peak",
-// "num_ooms", ...), so dashboards written for PyTorch carry over.
+// "num_ooms", ...), so dashboards written for PyTorch carry over. Its
+// "num_sync_all_streams" is always 0: the pool never waits for every
+// queue (torch does, to free its cached blocks).
 func (p *Pool) MemoryStats() map[string]int64 {
 	s := p.Stats()
 	m := make(map[string]int64, 128)
@@ -268,6 +270,7 @@ func (p *Pool) MemoryStats() map[string]int64 {
 	m["num_ooms"] = s.OOMs
 	m["num_device_alloc"] = s.DeviceAllocs
 	m["num_device_free"] = s.DeviceFrees
+	m["num_sync_all_streams"] = 0
 	return m
 }
 
