@@ -250,8 +250,12 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 }
 
 // finalRounds bounds the ladder's last rung: how many times a request
-// frees every wholly free segment and tries again before it fails.
-const finalRounds = 4
+// frees every wholly free segment and tries again before it fails. Each
+// round needs a change since the last refusal; two goroutines that
+// allocate and free in turn under a budget, on a slow runtime (Oclgrind),
+// made one of them lose four rounds in a row to the other's allocations
+// in flight (TestHostileConcurrentLadderFailsWithMemoryToFree).
+const finalRounds = 16
 
 // retried counts a retry of the ladder and returns true.
 func (p *Pool) retried() bool {
