@@ -117,15 +117,21 @@ func newGrower(preferred int64) *grower {
 }
 
 func (g *grower) get(n int64) *policy.Block[int] {
+	b, _ := g.grow(n)
+	return b
+}
+
+// grow is get, and reports whether it added a segment.
+func (g *grower) grow(n int64) (*policy.Block[int], bool) {
 	if b := g.p.Get(n); b != nil {
-		return b
+		return b, false
 	}
 	s := g.p.NewSegment(n)
 	for _, gone := range g.p.BeforeGrow(n) {
 		g.held -= gone.Size
 	}
 	g.held += s.Size
-	return g.p.Add(s, n)
+	return g.p.Add(s, n), true
 }
 
 // freeHeld frees every wholly free segment, as FreeHeld does.

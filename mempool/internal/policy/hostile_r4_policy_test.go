@@ -13,22 +13,6 @@ import (
 	"github.com/clpool/clpool/mempool/internal/policy"
 )
 
-// r4get serves a request as the pool does (mempool's core.decide): Get,
-// else a new segment sized before BeforeGrow frees what it gives up, then
-// Add. It returns the block and whether a segment was added; held follows
-// the bytes the pool holds.
-func r4get(p *policy.Arenas[int], held *int64, size int64) (*policy.Block[int], bool) {
-	if b := p.Get(size); b != nil {
-		return b, false
-	}
-	s := p.NewSegment(size)
-	for _, g := range p.BeforeGrow(size) {
-		*held -= g.Size
-	}
-	*held += s.Size
-	return p.Add(s, size), true
-}
-
 // A max split size below the alignment (mempool.WithMaxSplitSize accepts
 // any positive size: 256, or 2048 on a device of 4 KiB alignment) makes
 // tiny requests oversize. GetOn sends them down the tiny path before it
@@ -40,10 +24,10 @@ func r4get(p *policy.Arenas[int], held *int64, size int64) (*policy.Block[int], 
 // growing total: 40 alloc/free rounds of one 4-byte request held ~1.9 GB.
 func TestR4TinyRequestUnderSmallMaxSplitGrowsForever(t *testing.T) {
 	p := policy.NewArenas[int](512, 4, 256, policy.DefaultPreferredSegment)
-	var held int64
+	g := &grower{p: p}
 	added := 0
 	for range 40 {
-		b, grew := r4get(p, &held, 4)
+		b, grew := g.grow(4)
 		if grew {
 			added++
 		}
@@ -51,9 +35,9 @@ func TestR4TinyRequestUnderSmallMaxSplitGrowsForever(t *testing.T) {
 		require.Nil(t, p.Put(b))
 		require.NoError(t, p.Check())
 	}
-	t.Logf("%d segments, %d bytes held for one live 4-byte request", added, held)
+	t.Logf("%d segments, %d bytes held for one live 4-byte request", added, g.held)
 	assert.LessOrEqual(t, added, 1, "one 4-byte request allocated and freed over and over")
-	assert.LessOrEqual(t, held, int64(64<<10))
+	assert.LessOrEqual(t, g.held, int64(64<<10))
 }
 
 // Round's contract: size rounded up to a multiple of align, at least
@@ -87,9 +71,9 @@ func TestR4HugeRequestRoundingOverflows(t *testing.T) {
 func TestR4ConsolidationReplacesOversizeSegmentsWithAnOrdinaryOne(t *testing.T) {
 	const mib = 1 << 20
 	p := policy.NewArenas[int](512, 4, 16*mib, policy.DefaultPreferredSegment)
-	var held int64
+	g := &grower{p: p}
 	get := func(n int64) *policy.Block[int] {
-		b, _ := r4get(p, &held, n)
+		b := g.get(n)
 		require.NoError(t, p.Check())
 		return b
 	}
@@ -104,15 +88,15 @@ func TestR4ConsolidationReplacesOversizeSegmentsWithAnOrdinaryOne(t *testing.T) 
 	// Round 1: the same, and a 17 MiB oversize array more: the pool grows
 	// by a little.
 	put(get(40*mib), get(mib), get(17*mib))
-	highWater := held
-	t.Logf("after round 1: %d MiB held, consolidating %v", held/mib, p.Consolidating())
+	highWater := g.held
+	t.Logf("after round 1: %d MiB held, consolidating %v", g.held/mib, p.Consolidating())
 	// Round 2, the same as round 1.
 	x := get(mib)
 	t.Logf("the 1 MiB request's segment: %d MiB", x.Seg.Size/mib)
 	y, z := get(40*mib), get(17*mib)
-	t.Logf("after round 2's allocations: %d MiB held", held/mib)
+	t.Logf("after round 2's allocations: %d MiB held", g.held/mib)
 	put(x, y, z)
-	assert.LessOrEqual(t, held, highWater,
+	assert.LessOrEqual(t, g.held, highWater,
 		"round 2 repeats round 1, whose segments were all kept (oversize ones serve only oversize requests)")
 }
 
@@ -130,12 +114,12 @@ func TestR4ConsolidationReplacesOversizeSegmentsWithAnOrdinaryOne(t *testing.T) 
 func TestR4ConsolidationFreesTheOtherPhasesSegmentEveryRound(t *testing.T) {
 	const mib, kib = 1 << 20, 1 << 10
 	p := policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)
-	var held int64
+	g := &grower{p: p}
 	var perRound []int
 	for range 10 {
 		added := 0
 		get := func(n int64) *policy.Block[int] {
-			b, grew := r4get(p, &held, n)
+			b, grew := g.grow(n)
 			if grew {
 				added++
 			}
@@ -157,7 +141,7 @@ func TestR4ConsolidationFreesTheOtherPhasesSegmentEveryRound(t *testing.T) {
 		put(get(40 * mib))
 		perRound = append(perRound, added)
 	}
-	t.Logf("segments added per round: %v; %d MiB held", perRound, held/mib)
+	t.Logf("segments added per round: %v; %d MiB held", perRound, g.held/mib)
 	late := 0
 	for _, n := range perRound[3:] {
 		late += n
