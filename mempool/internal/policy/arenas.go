@@ -209,10 +209,10 @@ func (p *Arenas[T]) Get(size int64) *Block[T] { return p.GetOn(size, 0) }
 func (p *Arenas[T]) GetOn(size int64, q int32) *Block[T] {
 	n := p.Round(size)
 	var b *Block[T]
-	if p.tiny(size) {
-		b = p.a.GetOn(n, q) // tiny segments are not consolidated
-	} else if p.Oversize(size) {
+	if p.Oversize(size) {
 		b = p.a.GetWhole(n, OversizeSlack)
+	} else if n <= p.tinyMax { // tiny (see tiny): tiny segments are not consolidated
+		b = p.a.GetOn(n, q)
 	} else if c, ok := p.consolidation(n); ok {
 		p.pending = c // declined: the new segment replaces the free ones
 		return nil
@@ -233,12 +233,12 @@ func (p *Arenas[T]) GetOn(size int64, q int32) *Block[T] {
 // request gets only what GetOn gives it, a wholly free oversize segment:
 // it never takes a block cut from another.
 func (p *Arenas[T]) GetAnyOn(size int64, q int32) *Block[T] {
-	b := p.GetOn(size, q)
-	if b == nil && !p.Oversize(size) {
-		b = p.a.GetAny(p.Round(size))
+	if b := p.GetOn(size, q); b != nil || p.Oversize(size) {
+		return b
 	}
+	b := p.a.GetAny(p.Round(size))
 	if b != nil {
-		p.pending = 0
+		p.pending = 0 // as GetOn does for a block it hands out
 		p.noteActive()
 	}
 	return b
