@@ -377,8 +377,7 @@ func isOutOfMemory(err error) bool {
 // not serve: it tried a segment of n bytes last, and the device refused
 // it with cause (nil: the limit refused it).
 func (p *Pool) outOfMemory(req *request, n int64, cause error) error {
-	p.drainCaches() // the figures count what the queue caches did and hold too
-	p.flushAll()
+	p.drainCaches() // the figures count what the queue caches did and held too (a drain flushes their sums)
 	p.lock()
 	defer p.mu.Unlock()
 	p.countMiss(req) // not yet, if a drain was asked for
