@@ -35,13 +35,8 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strings"
-	"time"
 
-	"github.com/clpool/clpool/allocator"
-	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/mempool"
-	"github.com/clpool/clpool/trace"
 )
 
 const mainUsage = `usage: clpool <command> [arguments]
@@ -63,8 +58,12 @@ Replays an allocation trace through each configuration named by -configs:
   pool-immediate           a mempool.Pool over Immediate
   pool-immediate-nodrop    the same with WithDropSafety(false)
   pool-arena               a mempool.Pool over Immediate with WithArena
-and prints ns/event (median of -runs runs after -warmup runs; the pool stays
-warm between runs); the hits, misses, device allocations and peak managed
+and prints ns/event: the median of -runs timed runs, after -warmup untimed
+ones. A run is passes of the trace until 20 ms have gone (one at least);
+the configurations take turns, one run each, in an order that reverses
+every round, with a garbage collection before each timed run; their pools
+stay warm, and alive together, from the first run to the last. Beside it
+the hits, misses, device allocations and peak managed
 bytes of the first run, one pass of the trace from a new pool (as plan's
 figures are); peak live bytes; and managed/plan: that peak managed over the
 trace's clairvoyant plan (clpool plan, align 256).
@@ -151,165 +150,6 @@ type result struct {
 	PeakManaged  int64
 	PeakLive     int64
 	Plan         int64 // the trace's clairvoyant plan, align 256
-}
-
-// replayCmd runs `clpool replay`. It checks every flag and reads the whole
-// trace before it runs anything.
-func replayCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, replayUsage); fs.PrintDefaults() }
-	configList := fs.String("configs", "deferred,immediate,pool-deferred,pool-immediate,pool-immediate-nodrop,pool-arena", "comma-separated configurations")
-	runs := fs.Int("runs", 5, "timed runs per configuration")
-	warmup := fs.Int("warmup", 1, "untimed runs before them")
-	lb := fs.Int("leading-bits", 4, "the pools' leading bits in bin id")
-	format := fs.String("format", "text", "output: text (a table) or tsv")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return errors.New("want one trace file")
-	}
-	names, err := checkFlags(*configList, *runs, *warmup, *lb, *format)
-	if err != nil {
-		return err
-	}
-	path := fs.Arg(0)
-	events, err := readTrace(path)
-	if err != nil {
-		return err
-	}
-	sum := trace.Summarize(events)
-	events = trace.Blocks(events) // what the program asked for: the recorded pool's segments are not replayed
-	plan := trace.Plan(events, replayPlanAlign)
-
-	q, err := cl.DefaultQueue()
-	if err != nil {
-		return err
-	}
-	defer q.Release()
-	prog := newProgress(stderr)
-	fmt.Fprintf(stderr, "%s: %d events (%d allocations, peak %d live bytes, plan %d bytes) on %s\n", path, len(events), sum.Allocs, sum.PeakLiveBytes, plan.Size, q.Device().StableName())
-	if sum.SegmentAllocs > 0 {
-		fmt.Fprintf(stderr, "the pool that recorded it: %d device allocations, peak %d managed bytes\n", sum.SegmentAllocs, sum.PeakSegmentBytes)
-	}
-
-	var results []result
-	for _, name := range names {
-		r, err := runConfig(name, q, events, sum, *lb, *warmup, *runs, prog)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		r.Plan = plan.Size
-		results = append(results, r)
-	}
-	prog.done()
-	printResults(stdout, *format, results)
-	return nil
-}
-
-// replayPlanAlign is the rounding of the plan replay's managed/plan is
-// over: offline_plan.py's default.
-const replayPlanAlign = 256
-
-// checkFlags checks replay's flags and returns the configurations named by
-// -configs, in order.
-func checkFlags(configList string, runs, warmup, leadingBits int, format string) ([]string, error) {
-	names, err := parseConfigs(configList)
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case runs < 1:
-		return nil, fmt.Errorf("-runs %d: want at least 1", runs)
-	case warmup < 0:
-		return nil, fmt.Errorf("-warmup %d: want at least 0", warmup)
-	}
-	return names, checkPoolFlags(leadingBits, format)
-}
-
-// parseConfigs returns the configurations a -configs list names, in
-// order.
-func parseConfigs(configList string) ([]string, error) {
-	var names []string
-	for _, name := range strings.Split(configList, ",") {
-		name = strings.TrimSpace(name)
-		if _, ok := configs[name]; !ok {
-			return nil, fmt.Errorf("-configs: unknown configuration %q", name)
-		}
-		names = append(names, name)
-	}
-	return names, nil
-}
-
-// checkPoolFlags checks the -leading-bits and -format flags replay and
-// plan share.
-func checkPoolFlags(leadingBits int, format string) error {
-	switch {
-	case leadingBits < 0 || leadingBits > mempool.MaxLeadingBits:
-		return fmt.Errorf("-leading-bits %d: want 0 to %d", leadingBits, mempool.MaxLeadingBits)
-	case format != "text" && format != "tsv":
-		return fmt.Errorf("-format %q: want text or tsv", format)
-	}
-	return nil
-}
-
-// runConfig replays the events warmup+runs times through the configuration
-// named name, which checkFlags has checked.
-func runConfig(name string, q *cl.CommandQueue, events []trace.Event, sum trace.Summary, lb, warmup, runs int, prog *progress) (result, error) {
-	c := configs[name]
-	r := result{Config: name, PeakLive: sum.PeakLiveBytes}
-	var base allocator.Allocator
-	var err error
-	if c.deferred {
-		base, err = allocator.NewDeferred(q.Context(), cl.MemReadWrite)
-	} else {
-		base, err = allocator.NewImmediate(q, cl.MemReadWrite)
-	}
-	if err != nil {
-		return r, err
-	}
-	var once func() error
-	var pool *mempool.Pool
-	if c.pool {
-		opts := append(unaffectedByEnv(), mempool.WithLeadingBits(lb), mempool.WithDropSafety(c.dropSafety))
-		if c.arena {
-			opts = append(opts, mempool.WithArena())
-		}
-		pool, err = mempool.New(base, opts...)
-		if err != nil {
-			return r, err
-		}
-		defer pool.Close()
-		once = func() error {
-			return trace.Replay(events, pool.Allocate, (*mempool.PooledBuffer).Close)
-		}
-	} else {
-		once = func() error { return trace.Replay(events, base.Allocate, base.Free) }
-		r.Misses, r.DeviceAllocs, r.PeakManaged = int64(sum.Allocs), int64(sum.Allocs), sum.PeakLiveBytes
-	}
-	for i := range warmup + runs {
-		start := time.Now()
-		if err := once(); err != nil {
-			return r, err
-		}
-		elapsed := time.Since(start)
-		if err := q.Finish(); err != nil { // the probes, outside the timing
-			return r, err
-		}
-		ns := float64(elapsed.Nanoseconds()) / float64(len(events))
-		if i >= warmup {
-			r.Runs = append(r.Runs, ns)
-		}
-		prog.step(name, i+1, warmup+runs, ns)
-		if pool != nil && i == 0 { // the first, cold run: what one pass of the trace costs
-			s := pool.Stats()
-			r.Hits, r.Misses, r.DeviceAllocs, r.PeakManaged = s.Hits, s.Misses, s.DeviceAllocs, s.PeakManagedBytes
-		}
-	}
-	r.NsPerEvent = median(r.Runs)
-	return r, nil
 }
 
 // unaffectedByEnv returns the options every pool of clpool's starts

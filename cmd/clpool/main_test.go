@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
@@ -268,4 +269,29 @@ func TestReplayPeakIsOfTheFirstRun(t *testing.T) {
 		return got
 	}
 	assert.Equal(t, peaks("1", "0"), peaks("3", "5"))
+}
+
+// A run of replay is one pass of the trace if it is the first (whose
+// figures are the pool's), and passes until minRunTime has gone after it:
+// a short trace's passes are timed together.
+func TestReplayRunTimesPassesTogether(t *testing.T) {
+	q, err := cl.DefaultQueue()
+	require.NoError(t, err)
+	defer q.Release()
+	passes := 0
+	rp := &replayer{n: 1, first: true, once: func() error {
+		passes++
+		time.Sleep(minRunTime / 8)
+		return nil
+	}}
+	_, err = rp.run(q, false)
+	require.NoError(t, err)
+	assert.Equal(t, 1, passes, "the first run")
+	passes = 0
+	ns, err := rp.run(q, true)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, passes, 2, "passes until minRunTime")
+	assert.LessOrEqual(t, passes, 8)
+	assert.Len(t, rp.r.Runs, 1)
+	assert.InDelta(t, float64(minRunTime/8), ns, float64(minRunTime/4), "ns per event of one pass, not of all")
 }

@@ -102,15 +102,14 @@ func planCmd(args []string, stdout, stderr io.Writer) error {
 			traces = "the trace"
 		}
 		fmt.Fprintf(stderr, "replaying %s once through %s on %s\n", traces, strings.Join(names, ", "), q.Device().StableName())
-		quiet := newProgress(io.Discard)
 		for i := range rows {
 			sum := trace.Summarize(eventsOf[i])
 			for _, name := range names {
-				r, err := runConfig(name, q, eventsOf[i], sum, *lb, 0, 1, quiet)
+				managed, err := replayOnce(name, q, eventsOf[i], sum, *lb)
 				if err != nil {
 					return fmt.Errorf("%s: %s: %w", rows[i].Path, name, err)
 				}
-				rows[i].Managed = append(rows[i].Managed, r.PeakManaged)
+				rows[i].Managed = append(rows[i].Managed, managed)
 			}
 		}
 	}
@@ -166,4 +165,18 @@ func formatRatio(r float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.3f", r)
+}
+
+// replayOnce replays the events once through the configuration named name
+// and returns its peak managed bytes.
+func replayOnce(name string, q *cl.CommandQueue, events []trace.Event, sum trace.Summary, lb int) (int64, error) {
+	rp, err := newReplayer(name, q, events, sum, lb)
+	if err != nil {
+		return 0, err
+	}
+	defer rp.close()
+	if _, err := rp.run(q, false); err != nil {
+		return 0, err
+	}
+	return rp.r.PeakManaged, nil
 }
