@@ -7,12 +7,13 @@ import (
 	"github.com/clpool/clpool/trace"
 )
 
-// BenchmarkReplay replays recorded and synthetic traces through a warm pool
+// BenchmarkReplay replays recorded and synthetic traces (many sizes,
+// radix sorts, small pools) through a warm pool
 // over Immediate, with exact bins and with the arena, with drop safety and
 // without (-nodrop): what `clpool replay` times, in a form `-cpuprofile`
 // can look into (ns/event).
 func BenchmarkReplay(b *testing.B) {
-	for _, name := range []string{"cg", "mlp", "particles", "synth-random-mixed"} {
+	for _, name := range []string{"cg", "mlp", "particles", "synth-random-mixed", "synth-radix-grow", "synth-small-1.5mb", "synth-small-0.5mb", "synth-radix-two"} {
 		events, err := trace.ReadFile("../testdata/" + name + ".tsv")
 		if err != nil {
 			b.Fatal(err)
