@@ -514,10 +514,22 @@ func NewTimedWriter(w io.Writer) *Writer { return &Writer{w: w, cols: 4} }
 // done.
 func NewSitedWriter(w io.Writer) *Writer { return &Writer{w: w, cols: 6} }
 
-// Write writes one event, after the header if it is the first.
+// Write writes one event, after the header if it is the first. An event
+// Read would refuse in the Writer's format (an unknown op; a negative
+// size, or time or queue where the format has them) is refused with an
+// error, and nothing is written for it; the Writer stays usable.
 func (t *Writer) Write(ev Event) error {
 	if t.err != nil {
 		return t.err
+	}
+	if t.cols < 4 {
+		ev.Time = 0 // not written
+	}
+	if t.cols < 6 {
+		ev.Queue = 0
+	}
+	if err := ev.checkFields(); err != nil {
+		return fmt.Errorf("trace: writing %c %d: %w", ev.Op, ev.ID, err)
 	}
 	if !t.header {
 		t.header = true
@@ -689,29 +701,46 @@ func (w wide) saturated() int64 {
 // Replay runs the events of blocks through alloc and free, keeping each
 // block's handle by id; it leaves out the segments' events, which are what
 // the recorded pool did, not what the program asked. Blocks the trace
-// leaves live are freed at the end, in id order.
+// leaves live are freed at the end, in id order. A free of a block that is
+// not live, or an allocation of one that is, is an error (Check refuses
+// both): free only ever gets a handle alloc returned. If alloc or free
+// fails, or an event is refused, Replay frees the blocks live then, in id
+// order, and returns the error (with theirs, if any).
 func Replay[T any](events []Event, alloc func(size int64) (T, error), free func(T) error) error {
 	live := make(map[int64]T, 64)
+	err := replayEvents(events, live, alloc, free)
+	ids := slices.Sorted(maps.Keys(live)) // in id order, so that replays are repeatable
+	for _, id := range ids {
+		if ferr := free(live[id]); ferr != nil {
+			err = errors.Join(err, fmt.Errorf("trace: freeing block %d at the end: %w", id, ferr))
+		}
+	}
+	return err
+}
+
+// replayEvents is Replay's pass over the events: live holds the handles of
+// the blocks live, at the end or at the first error.
+func replayEvents[T any](events []Event, live map[int64]T, alloc func(size int64) (T, error), free func(T) error) error {
 	for _, ev := range events {
 		switch ev.Op {
 		case Alloc:
+			if _, ok := live[ev.ID]; ok {
+				return fmt.Errorf("trace: allocating block %d, which is live", ev.ID)
+			}
 			h, err := alloc(ev.Size)
 			if err != nil {
 				return fmt.Errorf("trace: allocating block %d (%d bytes): %w", ev.ID, ev.Size, err)
 			}
 			live[ev.ID] = h
 		case Free:
-			h := live[ev.ID]
+			h, ok := live[ev.ID]
+			if !ok {
+				return fmt.Errorf("trace: freeing block %d, which is not live", ev.ID)
+			}
 			delete(live, ev.ID)
 			if err := free(h); err != nil {
 				return fmt.Errorf("trace: freeing block %d: %w", ev.ID, err)
 			}
-		}
-	}
-	ids := slices.Sorted(maps.Keys(live)) // in id order, so that replays are repeatable
-	for _, id := range ids {
-		if err := free(live[id]); err != nil {
-			return fmt.Errorf("trace: freeing block %d at the end: %w", id, err)
 		}
 	}
 	return nil

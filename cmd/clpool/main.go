@@ -64,9 +64,11 @@ the configurations take turns, one run each, in an order that reverses
 every round, with a garbage collection before each timed run; their pools
 stay warm, and alive together, from the first run to the last. Beside it
 the hits, misses, device allocations and peak managed
-bytes of the first run, one pass of the trace from a new pool (as plan's
-figures are); peak live bytes; and managed/plan: that peak managed over the
-trace's clairvoyant plan (clpool plan, align 256).
+bytes of the first pass of the trace, from a new pool (as plan's
+figures are; a raw allocator misses on every request, and allocates on the
+device for each of more than 0 bytes); peak live bytes; and managed/plan:
+that peak managed over the trace's clairvoyant plan (clpool plan, align
+256).
 
 The trace is lines of "op id size", an optional "op id size" header first:
 "a 1 4096" allocates 4096 bytes as block 1 and "f 1 4096" frees it (a free's

@@ -175,8 +175,8 @@ func replayOnce(name string, q *cl.CommandQueue, events []trace.Event, sum trace
 		return 0, err
 	}
 	defer rp.close()
-	if _, err := rp.run(q, false); err != nil {
+	if _, err := rp.pass(); err != nil {
 		return 0, err
 	}
-	return rp.r.PeakManaged, nil
+	return rp.r.PeakManaged, q.Finish()
 }

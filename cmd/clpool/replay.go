@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -119,6 +120,8 @@ func checkFlags(configList string, runs, warmup, leadingBits int, format string)
 		return nil, fmt.Errorf("-runs %d: want at least 1", runs)
 	case warmup < 0:
 		return nil, fmt.Errorf("-warmup %d: want at least 0", warmup)
+	case warmup > math.MaxInt-runs:
+		return nil, fmt.Errorf("-runs %d and -warmup %d: more runs than can be counted", runs, warmup)
 	}
 	return names, checkPoolFlags(leadingBits, format)
 }
@@ -175,7 +178,12 @@ func newReplayer(name string, q *cl.CommandQueue, events []trace.Event, sum trac
 	}
 	if !c.pool {
 		rp.once = func() error { return trace.Replay(events, rp.base.Allocate, rp.base.Free) }
-		rp.r.Misses, rp.r.DeviceAllocs, rp.r.PeakManaged = int64(sum.Allocs), int64(sum.Allocs), sum.PeakLiveBytes
+		rp.r.Misses, rp.r.PeakManaged = int64(sum.Allocs), sum.PeakLiveBytes
+		for _, ev := range events {
+			if ev.Op == trace.Alloc && ev.Size > 0 { // a 0-byte request makes no buffer
+				rp.r.DeviceAllocs++
+			}
+		}
 		return rp, nil
 	}
 	opts := append(unaffectedByEnv(), mempool.WithLeadingBits(lb), mempool.WithDropSafety(c.dropSafety))
@@ -194,23 +202,22 @@ func newReplayer(name string, q *cl.CommandQueue, events []trace.Event, sum trac
 // slow spell of the machine does not decide a run.
 const minRunTime = 20 * time.Millisecond
 
-// run replays the trace, and returns its ns per event, which it keeps if
-// timed: one pass if it is the first (whose figures are the pool's), else
-// passes until minRunTime has gone. The garbage collector runs first,
-// outside the timing, and the queue's work (the probes) is finished after
-// it.
+// run replays the trace in passes until minRunTime has gone (one pass at
+// least), and returns its ns per event, which it keeps if timed. The
+// garbage collector runs first, outside the timing, and the queue's work
+// (the probes) is finished after it.
 func (rp *replayer) run(q *cl.CommandQueue, timed bool) (float64, error) {
 	if timed {
 		runtime.GC()
 	}
-	start := time.Now()
 	var elapsed time.Duration
 	passes := 0
-	for passes == 0 || !rp.first && elapsed < minRunTime {
-		if err := rp.once(); err != nil {
+	for passes == 0 || elapsed < minRunTime {
+		took, err := rp.pass()
+		if err != nil {
 			return 0, err
 		}
-		elapsed = time.Since(start)
+		elapsed += took
 		passes++
 	}
 	if err := q.Finish(); err != nil {
@@ -220,12 +227,24 @@ func (rp *replayer) run(q *cl.CommandQueue, timed bool) (float64, error) {
 	if timed {
 		rp.r.Runs = append(rp.r.Runs, ns)
 	}
-	if rp.pool != nil && rp.first { // the first, cold run: what one pass of the trace costs
+	return ns, nil
+}
+
+// pass replays the trace once and returns how long it took. After the
+// first pass from the new pool it reads the pool's figures (outside the
+// time): one pass, as plan's figures are.
+func (rp *replayer) pass() (time.Duration, error) {
+	start := time.Now()
+	if err := rp.once(); err != nil {
+		return 0, err
+	}
+	took := time.Since(start)
+	if rp.pool != nil && rp.first {
 		s := rp.pool.Stats()
 		rp.r.Hits, rp.r.Misses, rp.r.DeviceAllocs, rp.r.PeakManaged = s.Hits, s.Misses, s.DeviceAllocs, s.PeakManagedBytes
 	}
 	rp.first = false
-	return ns, nil
+	return took, nil
 }
 
 // close closes the pool, if any.

@@ -18,6 +18,8 @@ import (
 	"html/template"
 	"io"
 	"maps"
+	"math"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"slices"
@@ -420,7 +422,7 @@ func tracePage(events []trace.Event, policy string, prog *progress) (page, error
 	idOf := func(id uint64) int64 { return traceID[id] }
 
 	var (
-		liveBytes, peakLive  int64
+		liveBytes, peakLive  bytesSum
 		peakAt               = -1
 		at                   mempool.Snapshot
 		atSegments           = []pageSegment{} // at's, with the trace's ids
@@ -448,7 +450,7 @@ func tracePage(events []trace.Event, policy string, prog *progress) (page, error
 			}
 			live[ev.ID], traceID[pb.ID()] = pb, ev.ID
 			b.alloc(ev.ID, ev.Size, k, ev.Site, ev.Queue)
-			liveBytes += ev.Size
+			liveBytes.add(ev.Size)
 		case trace.Free:
 			pb := live[ev.ID]
 			delete(traceID, pb.ID())
@@ -456,7 +458,7 @@ func tracePage(events []trace.Event, policy string, prog *progress) (page, error
 				return page{}, fmt.Errorf("replaying event %d, freeing block %d: %w", k, ev.ID, err)
 			}
 			delete(live, ev.ID)
-			liveBytes -= b.pg.Allocs.Size[b.index[ev.ID]]
+			liveBytes.sub(b.pg.Allocs.Size[b.index[ev.ID]])
 			b.free(ev.ID, k, ev.Site)
 		case trace.SegmentAlloc, trace.SegmentFree:
 			segments, changed = true, false
@@ -489,7 +491,7 @@ func tracePage(events []trace.Event, policy string, prog *progress) (page, error
 				peakReplay = peak{Bytes: replayed, Moment: k}
 			}
 		}
-		if liveBytes > peakLive || peakAt < 0 {
+		if liveBytes.more(peakLive) || peakAt < 0 {
 			peakLive, peakAt, at, atSegments = liveBytes, k, snap, segs
 		}
 		if len(events) >= bigInput {
@@ -507,7 +509,7 @@ func tracePage(events []trace.Event, policy string, prog *progress) (page, error
 	if peakAt < 0 { // a trace of segment events only
 		peakAt = 0
 	}
-	pg.PeakActive = peak{Bytes: peakLive, Moment: peakAt}
+	pg.PeakActive = peak{Bytes: peakLive.bytes(), Moment: peakAt}
 	if segments {
 		pg.Managed, pg.ManagedFrom, pg.PeakManaged = trManaged, "trace", peakSeg
 		pg.Notes = append(pg.Notes, fmt.Sprintf("The managed bytes are the pool's own, from the trace's segment events. The segment map is that of a pool (policy %s) the trace's blocks were replayed through, with no device.", policy))
@@ -680,12 +682,12 @@ func snapshotPage(s snapshotFile) (page, error) {
 	}
 	before := blocksBefore(liveKeys, active)
 	slices.SortFunc(before, func(x, y mempool.BlockSnapshot) int { return cmp.Compare(x.ID, y.ID) })
-	live := int64(0)
+	var live bytesSum
 	for _, bl := range before {
 		b.alloc(int64(bl.ID), bl.Requested, 0, bl.Site, bl.Queue)
-		live += bl.Requested
+		live.add(bl.Requested)
 	}
-	histPeak := peak{Bytes: live, Moment: 0}
+	histPeak, peakSum := peak{Bytes: live.bytes(), Moment: 0}, live
 	for i, ev := range events {
 		k := i + 1
 		if timed {
@@ -694,13 +696,13 @@ func snapshotPage(s snapshotFile) (page, error) {
 		switch ev.Op {
 		case trace.Alloc:
 			b.alloc(ev.ID, ev.Size, k, ev.Site, ev.Queue)
-			live += ev.Size
+			live.add(ev.Size)
 		case trace.Free:
-			live -= b.pg.Allocs.Size[b.index[ev.ID]]
+			live.sub(b.pg.Allocs.Size[b.index[ev.ID]])
 			b.free(ev.ID, k, ev.Site)
 		}
-		if live > histPeak.Bytes {
-			histPeak = peak{Bytes: live, Moment: k}
+		if live.more(peakSum) {
+			histPeak, peakSum = peak{Bytes: live.bytes(), Moment: k}, live
 		}
 	}
 	pg := b.finish()
@@ -851,4 +853,35 @@ func (r *progressReader) Read(p []byte) (int, error) {
 	r.n += int64(n)
 	r.prog.count(r.phase, r.n, r.total)
 	return n, err
+}
+
+// bytesSum is a running sum of the bytes of live blocks, exact past
+// math.MaxInt64 (in 128 bits, as trace.Summarize keeps its own), so that a
+// page's peak is Summarize's: bytes saturates it where it is read. It is
+// never negative: only a live block's bytes are taken out.
+type bytesSum struct{ hi, lo uint64 }
+
+// add adds n >= 0 bytes.
+func (s *bytesSum) add(n int64) {
+	var carry uint64
+	s.lo, carry = bits.Add64(s.lo, uint64(n), 0)
+	s.hi += carry
+}
+
+// sub takes out n bytes added before.
+func (s *bytesSum) sub(n int64) {
+	var borrow uint64
+	s.lo, borrow = bits.Sub64(s.lo, uint64(n), 0)
+	s.hi -= borrow
+}
+
+// more reports whether s is more than t.
+func (s bytesSum) more(t bytesSum) bool { return s.hi > t.hi || s.hi == t.hi && s.lo > t.lo }
+
+// bytes returns the sum, saturated at math.MaxInt64.
+func (s bytesSum) bytes() int64 {
+	if s.hi != 0 || s.lo > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(s.lo)
 }
