@@ -85,7 +85,11 @@ func (a *SVM) Free(s *cl.SVM) error {
 	if s.Context() != a.ctx {
 		return fmt.Errorf("allocator: SVM.Free: the %d-byte SVM was allocated in another context: %w", s.Size(), cl.ErrInvalidContext)
 	}
-	return s.Free()
+	freed, err := s.TryFree() // of two racing Frees, one frees s; the other gets ErrFreed
+	if !freed && err == nil {
+		return ErrFreed
+	}
+	return err
 }
 
 // ImmediateSVM allocates like SVM, then probes each new allocation so that
@@ -189,12 +193,13 @@ func (b *SVMBudget) Free(s *cl.SVM) error {
 	if _, ok := b.allocs.LoadAndDelete(s); !ok {
 		return errNotHere("SVMBudget", s.Size())
 	}
-	if err := b.inner.Free(s); err != nil {
+	err := b.inner.Free(s)
+	if err != nil && !s.Freed() {
 		b.allocs.Store(s, struct{}{}) // still b's: a retry may free it
 		return err
 	}
-	b.live.Add(-s.Size())
-	return nil
+	b.live.Add(-s.Size()) // freed, or freed by a Free that failed on the way
+	return err
 }
 
 // Live returns the bytes allocated and not yet freed.

@@ -97,7 +97,10 @@ func (r *refusal) Is(target error) bool { return target == ErrOutOfMemory }
 
 // Free frees buf and returns its bytes to the budget. A buffer b did not
 // hand out, or has freed, is refused with an error matching ErrFreed, and
-// changes nothing; of racing Frees of one buffer, one frees it.
+// changes nothing; of racing Frees of one buffer, one frees it. If the
+// wrapped allocator's Free fails, buf stays b's for a retry, unless it was
+// released all the same: then its bytes go back, and the error is
+// returned.
 func (b *Budget) Free(buf *cl.Buffer) error {
 	if buf == nil {
 		return nil
@@ -105,13 +108,16 @@ func (b *Budget) Free(buf *cl.Buffer) error {
 	if _, ok := b.bufs.LoadAndDelete(buf); !ok {
 		return errNotHere("Budget", buf.Size())
 	}
-	if err := b.inner.Free(buf); err != nil {
+	err := b.inner.Free(buf)
+	if err != nil && !buf.Released() {
 		b.bufs.Store(buf, struct{}{}) // still b's: a retry may free it
 		return err
 	}
+	// Freed, or released by a free that failed on the way (Pinned's
+	// unmap): its bytes are no one's now.
 	disown(buf)
 	b.live.Add(-buf.Size())
-	return nil
+	return err
 }
 
 // Live returns the bytes allocated and not yet freed.
@@ -135,7 +141,7 @@ type Counting struct {
 // CountingStats are a Counting allocator's counts at one moment.
 type CountingStats struct {
 	Allocs    int64 // successful allocations of a buffer
-	Frees     int64 // successful frees
+	Frees     int64 // frees that released the buffer (with an error on the way, too)
 	Failures  int64 // allocations the wrapped allocator refused
 	BadFrees  int64 // frees of a buffer already freed or not allocated here
 	Live      int   // buffers allocated and not freed
@@ -170,7 +176,9 @@ func (c *Counting) Allocate(size int64) (*cl.Buffer, error) {
 }
 
 // Free frees buf through the wrapped allocator, once. A free the wrapped
-// allocator fails leaves buf counted live, for a retry.
+// allocator fails leaves buf counted live, for a retry, unless buf was
+// released all the same: then it counts as freed, and the error is
+// returned.
 func (c *Counting) Free(buf *cl.Buffer) error {
 	if buf == nil {
 		return nil
@@ -186,7 +194,7 @@ func (c *Counting) Free(buf *cl.Buffer) error {
 	err := c.inner.Free(buf)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err != nil {
+	if err != nil && !buf.Released() {
 		c.live[buf] = struct{}{}
 		return err
 	}
@@ -194,7 +202,7 @@ func (c *Counting) Free(buf *cl.Buffer) error {
 	c.stats.Frees++
 	c.stats.Live--
 	c.stats.LiveBytes -= buf.Size()
-	return nil
+	return err
 }
 
 // Stats returns the counts now.

@@ -207,17 +207,29 @@ func (c *Context) SVMAlloc(flags SVMFlags, size int64, alignment int) (*SVM, err
 // second Free, a nil SVM, and a coarse-grain SVM still mapped (unmap it
 // first) return an error matching ErrInvalidValue and free nothing.
 func (s *SVM) Free() error {
+	freed, err := s.TryFree()
+	if !freed && err == nil {
+		return misuse("clSVMFree", ErrInvalidValue, "SVM already freed")
+	}
+	return err
+}
+
+// TryFree frees the SVM as Free does, unless a call already did, and
+// reports whether this one did: of racing calls, exactly one does. It
+// returns false and no error if the SVM was freed already; false and
+// Free's error for a nil or mapped SVM.
+func (s *SVM) TryFree() (bool, error) {
 	const call = "clSVMFree"
 	if s == nil {
-		return misuse(call, ErrInvalidValue, "SVM is nil")
+		return false, misuse(call, ErrInvalidValue, "SVM is nil")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.freed:
-		return misuse(call, ErrInvalidValue, "SVM already freed")
+		return false, nil
 	case s.mapped:
-		return misuse(call, ErrInvalidValue, "SVM is mapped: EnqueueSVMUnmap it first")
+		return false, misuse(call, ErrInvalidValue, "SVM is mapped: EnqueueSVMUnmap it first")
 	}
 	s.freed = true
 	if s.ctx.serial {
@@ -227,7 +239,7 @@ func (s *SVM) Free() error {
 	C.clSVMFree(s.ctx.id, s.ptr)
 	err := callErr("clReleaseContext", int32(C.clReleaseContext(s.ctx.id)))
 	runtime.KeepAlive(s)
-	return err
+	return true, err
 }
 
 // The accessors below answer the zero value for a nil SVM.
