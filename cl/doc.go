@@ -41,8 +41,13 @@
 // Runtimes differ in how much they check: Oclgrind accepts invalid buffer
 // and sub-buffer flags, sizes over the device's limit, misaligned
 // sub-buffer origins, buffers, kernels and events of another context, fill
-// patterns of the wrong length and copies of 0 bytes; POCL accepts some of
-// these too, and work sizes of 0. This package checks those rules itself,
+// patterns of the wrong length, copies of 0 bytes and between overlapping
+// sub-buffers of one buffer, and local memory for an argument that is not
+// __local (it crashes then) or any other value for one that is; POCL
+// accepts some of these too, and work sizes of 0, and aborts the process
+// on more local memory than the device has; C strings end at a NUL byte,
+// which would cut a source, options or a kernel name unseen. This package
+// checks those rules itself,
 // before the C call, so every runtime answers the same Status, the one the
 // OpenCL 1.2 specification gives.
 //

@@ -101,6 +101,7 @@ type Device struct {
 	GlobalMemSize     int64 // CL_DEVICE_GLOBAL_MEM_SIZE, bytes
 	MaxMemAllocSize   int64 // CL_DEVICE_MAX_MEM_ALLOC_SIZE, bytes: the largest single buffer
 	MemBaseAddrAlign  int64 // CL_DEVICE_MEM_BASE_ADDR_ALIGN, in bytes (the API reports bits)
+	LocalMemSize      int64 // CL_DEVICE_LOCAL_MEM_SIZE, bytes: a work-group's local memory
 	MaxComputeUnits   int   // CL_DEVICE_MAX_COMPUTE_UNITS
 	MaxWorkGroupSize  int   // CL_DEVICE_MAX_WORK_GROUP_SIZE
 	SVMCapabilities   SVMCapabilities
@@ -237,6 +238,7 @@ func newDevice(id C.cl_device_id, p *Platform, index int) (*Device, error) {
 	d.GlobalMemSize = int64(u64(C.CL_DEVICE_GLOBAL_MEM_SIZE))
 	d.MaxMemAllocSize = int64(u64(C.CL_DEVICE_MAX_MEM_ALLOC_SIZE))
 	d.MemBaseAddrAlign = int64(u32(C.CL_DEVICE_MEM_BASE_ADDR_ALIGN)) / 8
+	d.LocalMemSize = int64(u64(C.CL_DEVICE_LOCAL_MEM_SIZE))
 	d.MaxComputeUnits = int(u32(C.CL_DEVICE_MAX_COMPUTE_UNITS))
 	d.MaxWorkGroupSize = int(sz(C.CL_DEVICE_MAX_WORK_GROUP_SIZE))
 	d.ProfilingTimerRes = int64(sz(C.CL_DEVICE_PROFILING_TIMER_RESOLUTION))

@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -24,11 +25,19 @@ type Program struct {
 // BuildProgram compiles source for every device of the context, with
 // compiler options such as "-cl-fast-relaxed-math" (may be empty). A program
 // that does not compile returns a *BuildError that holds the build log and
-// matches ErrBuildProgramFailure.
+// matches ErrBuildProgramFailure. A source with a NUL byte is refused with
+// ErrInvalidValue, options with one with ErrInvalidBuildOptions.
 func (c *Context) BuildProgram(source, options string) (*Program, error) {
 	cid, err := c.handle("clCreateProgramWithSource")
 	if err != nil {
 		return nil, err
+	}
+	// C strings end at a NUL: what follows one would be dropped unseen.
+	if strings.IndexByte(source, 0) >= 0 {
+		return nil, misuse("clCreateProgramWithSource", ErrInvalidValue, "the source has a NUL byte")
+	}
+	if strings.IndexByte(options, 0) >= 0 {
+		return nil, misuse("clBuildProgram", ErrInvalidBuildOptions, fmt.Sprintf("options %q have a NUL byte", options))
 	}
 	if c.serial {
 		serialMu.Lock()
@@ -106,12 +115,27 @@ type Kernel struct {
 	ctx      *Context // the program's
 	serial   bool     // see serialMu
 	released atomic.Bool
+	quals    map[int]argQual // the address qualifiers of the arguments seen so far
+	local    map[int]int64   // the bytes of the local-memory arguments set
 }
 
-// Kernel makes the kernel called name.
+// argQual is what SetArg knows of an argument's address qualifier.
+type argQual uint8
+
+const (
+	qualUnknown argQual = iota // the runtime does not say (no kernel-argument info)
+	qualLocal                  // __local
+	qualOther                  // any other
+)
+
+// Kernel makes the kernel called name; a name with a NUL byte is refused
+// with ErrInvalidKernelName.
 func (p *Program) Kernel(name string) (*Kernel, error) {
 	if p == nil || p.released.Load() {
 		return nil, misuse("clCreateKernel", ErrInvalidProgram, "program is nil or released")
+	}
+	if strings.IndexByte(name, 0) >= 0 { // a C string would end at it: another kernel's name
+		return nil, misuse("clCreateKernel", ErrInvalidKernelName, fmt.Sprintf("name %q has a NUL byte", name))
 	}
 	if p.ctx.serial {
 		serialMu.Lock()
@@ -137,7 +161,12 @@ func (k *Kernel) Name() string {
 }
 
 // LocalMem is a kernel argument of local memory of the given byte size,
-// which must be positive (else SetArg returns ErrInvalidArgSize).
+// which must be positive (else SetArg returns ErrInvalidArgSize). Where the
+// runtime tells the arguments' address qualifiers (clGetKernelArgInfo), SetArg
+// refuses LocalMem for an argument that is not __local, and any other value
+// for one that is, with ErrInvalidArgValue, as the specification says (not
+// every runtime checks); an enqueue whose local-memory arguments add up to
+// more than the device's LocalMemSize is refused with ErrOutOfResources.
 type LocalMem int
 
 // SetArg sets argument i. The value's Go type picks the C type: *Buffer
@@ -149,6 +178,9 @@ func (k *Kernel) SetArg(i int, v any) error {
 	const call = "clSetKernelArg"
 	if k == nil || k.released.Load() {
 		return misuse(call, ErrInvalidKernel, "kernel is nil or released")
+	}
+	if err := k.checkQualifier(call, i, v); err != nil {
+		return err
 	}
 	var size uintptr
 	var p unsafe.Pointer
@@ -202,7 +234,81 @@ func (k *Kernel) SetArg(i int, v any) error {
 	if code != 0 {
 		return &CallError{Call: call, Status: Status(code), Detail: fmt.Sprintf("argument %d of %s (%T)", i, k.name, v)}
 	}
+	k.noteLocal(i, v)
 	return nil
+}
+
+// checkQualifier refuses v for argument i of k if the runtime says the
+// argument's address qualifier does not take it: LocalMem for one that is
+// not __local, anything else for one that is (the specification's
+// CL_INVALID_ARG_VALUE, which not every runtime checks: Oclgrind crashes
+// on the first, runs with garbage on the second). A runtime that does not
+// say (no kernel-argument info) is left to check.
+func (k *Kernel) checkQualifier(call string, i int, v any) error {
+	q := k.qualifier(i)
+	_, local := v.(LocalMem)
+	switch {
+	case q == qualUnknown || local == (q == qualLocal):
+		return nil
+	case local:
+		return misuse(call, ErrInvalidArgValue, fmt.Sprintf("argument %d of %s: local memory for an argument that is not __local", i, k.name))
+	default:
+		return misuse(call, ErrInvalidArgValue, fmt.Sprintf("argument %d of %s: a %T for a __local argument (want LocalMem)", i, k.name, v))
+	}
+}
+
+// qualifier returns argument i's address qualifier, asked of the runtime
+// once (clGetKernelArgInfo).
+func (k *Kernel) qualifier(i int) argQual {
+	if q, ok := k.quals[i]; ok {
+		return q
+	}
+	q := qualUnknown
+	var aq C.cl_kernel_arg_address_qualifier
+	if i >= 0 && i <= math.MaxUint32 {
+		if k.serial {
+			serialMu.Lock()
+		}
+		code := C.clGetKernelArgInfo(k.id, C.cl_uint(i), C.CL_KERNEL_ARG_ADDRESS_QUALIFIER, C.size_t(unsafe.Sizeof(aq)), unsafe.Pointer(&aq), nil)
+		if k.serial {
+			serialMu.Unlock()
+		}
+		runtime.KeepAlive(k)
+		switch {
+		case code != 0: // no info, or no argument i: clSetKernelArg answers
+		case aq == C.CL_KERNEL_ARG_ADDRESS_LOCAL:
+			q = qualLocal
+		default:
+			q = qualOther
+		}
+	}
+	if k.quals == nil {
+		k.quals = map[int]argQual{}
+	}
+	k.quals[i] = q
+	return q
+}
+
+// noteLocal notes the local memory argument i of k now takes: v's bytes if
+// it is LocalMem, else none.
+func (k *Kernel) noteLocal(i int, v any) {
+	if n, ok := v.(LocalMem); ok {
+		if k.local == nil {
+			k.local = map[int]int64{}
+		}
+		k.local[i] = int64(n)
+		return
+	}
+	delete(k.local, i)
+}
+
+// localBytes returns the bytes of k's local-memory arguments.
+func (k *Kernel) localBytes() int64 {
+	var sum int64
+	for _, n := range k.local {
+		sum += n
+	}
+	return sum
 }
 
 // SetArgs sets the arguments in order, from 0.
@@ -267,6 +373,10 @@ func (q *CommandQueue) enqueueNDRange(k *Kernel, globalOffset, global, local []i
 	dims := len(global)
 	if dims < 1 || dims > 3 || (local != nil && len(local) != dims) || (globalOffset != nil && len(globalOffset) != dims) {
 		return nil, misuse(call, ErrInvalidWorkDimension, fmt.Sprintf("global %v, local %v, offset %v", global, local, globalOffset))
+	}
+	if need, have := k.localBytes(), q.Device().LocalMemSize; have > 0 && need > have {
+		// The specification's CL_OUT_OF_RESOURCES; POCL aborts the process instead.
+		return nil, misuse(call, ErrOutOfResources, fmt.Sprintf("kernel %s: %d bytes of local memory in its arguments, more than the device's %d", k.name, need, have))
 	}
 	list, n, err := waitList(call, q.ctx, wait)
 	if err != nil {

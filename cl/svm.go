@@ -339,6 +339,9 @@ func (k *Kernel) SetArgSVMPointer(i int, s *SVM, offset int64) error {
 	if k == nil || k.released.Load() {
 		return misuse(call, ErrInvalidKernel, "kernel is nil or released")
 	}
+	if err := k.checkQualifier(call, i, s); err != nil {
+		return err
+	}
 	if s != nil {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -356,6 +359,7 @@ func (k *Kernel) SetArgSVMPointer(i int, s *SVM, offset int64) error {
 	if code != 0 {
 		return &CallError{Call: call, Status: Status(code), Detail: fmt.Sprintf("argument %d of %s", i, k.name)}
 	}
+	k.noteLocal(i, s)
 	return nil
 }
 

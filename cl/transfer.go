@@ -171,7 +171,10 @@ func (q *CommandQueue) EnqueueFillBuffer(b *Buffer, pattern []byte, offset, size
 
 // EnqueueCopyBuffer copies size bytes from src at srcOffset to dst at
 // dstOffset, on the device. Both buffers must belong to q's context (else
-// ErrInvalidContext); a size of 0 is ErrInvalidValue.
+// ErrInvalidContext); a size of 0 is ErrInvalidValue. Ranges that overlap
+// in one buffer (src and dst the same, or sub-buffers of one, or one a
+// sub-buffer of the other) are ErrMemCopyOverlap, as the specification
+// says, on every runtime (Oclgrind copies them).
 func (q *CommandQueue) EnqueueCopyBuffer(src, dst *Buffer, srcOffset, dstOffset, size int64, wait ...*Event) (*Event, error) {
 	const call = "clEnqueueCopyBuffer"
 	qid, smem, err := q.transferArgs(call, src, srcOffset)
@@ -184,6 +187,9 @@ func (q *CommandQueue) EnqueueCopyBuffer(src, dst *Buffer, srcOffset, dstOffset,
 	}
 	if size <= 0 {
 		return nil, misuse(call, ErrInvalidValue, fmt.Sprintf("size %d", size))
+	}
+	if overlap(src, dst, srcOffset, dstOffset, size) {
+		return nil, misuse(call, ErrMemCopyOverlap, fmt.Sprintf("%d bytes from %d to %d: the ranges overlap in one buffer", size, srcOffset, dstOffset))
 	}
 	list, n, err := waitList(call, q.ctx, wait)
 	if err != nil {
@@ -227,4 +233,27 @@ func cBool(b bool) C.cl_bool {
 		return C.CL_TRUE
 	}
 	return C.CL_FALSE
+}
+
+// overlap reports whether size bytes at srcOffset of src and at dstOffset
+// of dst, each within its buffer, overlap in the memory of one buffer.
+// Ranges past a buffer's end are left to the runtime (ErrInvalidValue).
+func overlap(src, dst *Buffer, srcOffset, dstOffset, size int64) bool {
+	if srcOffset > src.size-size || dstOffset > dst.size-size {
+		return false
+	}
+	sr, s := src.root()
+	dr, d := dst.root()
+	return sr == dr && s+srcOffset < d+dstOffset+size && d+dstOffset < s+srcOffset+size
+}
+
+// root returns the buffer b is a sub-buffer of (b itself if none) and
+// where b starts in it.
+func (b *Buffer) root() (*Buffer, int64) {
+	off := int64(0)
+	for b.parent != nil {
+		off += b.origin
+		b = b.parent
+	}
+	return b, off
 }
