@@ -148,12 +148,12 @@ func (p *Pool) FreeHeld() error {
 // freeHeldWhile drains the queue caches, then frees wholly free segments,
 // largest first, while more() says so (it is called under p.mu).
 func (p *Pool) freeHeldWhile(more func() bool) error {
-	p.drainCaches()
+	_, err := p.drain()
 	p.lock()
 	segs := p.takeFree(nil, more)
 	stale := p.forget()
 	p.mu.Unlock()
-	return p.freeSegments(segs, stale)
+	return errors.Join(err, p.freeSegments(segs, stale))
 }
 
 // StopHolding frees every held segment, and from now on frees segments as
@@ -167,7 +167,10 @@ func (p *Pool) StopHolding() error {
 	}
 	p.l.setHolding(false)
 	p.mu.Unlock()
-	err := p.FreeHeld() // drains the caches first
+	if p.san != nil {
+		p.san.stopHolding()
+	}
+	err := p.FreeHeld() // drains the caches (and the quarantine) first
 	p.cacheState.Store(cachesGone)
 	return err
 }
@@ -180,15 +183,16 @@ func (p *Pool) StopHolding() error {
 // the sanitizer, it first records a LeakedAtClose finding for each block
 // still open and completes every check (see Findings).
 func (p *Pool) Close() error {
-	if p.san != nil {
-		p.san.poolClosing() // leaks found; the quarantine checked and given back
-	}
 	p.stopCaching()
 	p.lock()
-	p.life = lifeClosed
+	p.life = lifeClosed // no Allocate is served from now on
 	queues := p.queues
 	p.mu.Unlock()
-	errs := []error{p.StopHolding()}
+	var errs []error
+	if p.san != nil {
+		errs = append(errs, p.san.poolClosing()) // leaks found; the quarantine checked and given back
+	}
+	errs = append(errs, p.StopHolding())
 	for _, qs := range queues {
 		errs = append(errs, qs.release())
 	}

@@ -1,6 +1,7 @@
 package mempool
 
 import (
+	"errors"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -249,18 +250,26 @@ func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 	return true
 }
 
-// drainCaches gives every block in a queue's cache back to the policy,
-// and frees the segments the policy gives up at once (none today: cached
-// blocks are never exact-size). It reports whether any block moved.
+// drainCaches gives every block in a queue's cache (and the sanitizer's
+// quarantine) back to the policy, and frees the segments the policy gives
+// up at once. It reports whether any block moved; drain also returns the
+// allocator's errors of those frees (a pool that no longer holds frees
+// each segment that becomes wholly free).
 func (p *Pool) drainCaches() (moved bool) {
+	moved, _ = p.drain()
+	return moved
+}
+
+// drain is drainCaches, with the allocator's errors.
+func (p *Pool) drain() (moved bool, err error) {
 	if p.san != nil { // the sanitizer's quarantine too (its pools have no caches)
 		if bs := p.san.drain(); len(bs) > 0 {
-			_ = p.leaveQuarantine(bs)
+			err = p.leaveQuarantine(bs)
 			moved = true
 		}
 	}
 	if p.cacheState.Load() == cachesGone {
-		return moved // caching is off for good and the caches are empty: nothing to lock
+		return moved, err // caching is off for good and the caches are empty: nothing to lock
 	}
 	for _, qs := range p.cacheList() {
 		qs.c.mu.Lock()
@@ -280,9 +289,9 @@ func (p *Pool) drainCaches() (moved bool) {
 		stale := p.forget(gone...)
 		p.mu.Unlock()
 		qs.c.mu.Unlock()
-		_ = p.freeSegments(gone, stale) // none today: cached blocks are never exact-size
+		err = errors.Join(err, p.freeSegments(gone, stale))
 	}
-	return moved
+	return moved, err
 }
 
 // uncacheLocked gives b, taken out of qs's cache, back to the policy,

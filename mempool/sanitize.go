@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -149,12 +148,12 @@ type sanConfig struct {
 func (c *config) resolveSanitizer(call string) (bool, error) {
 	on := c.san.on
 	if !on && !c.san.off {
-		if v := strings.TrimSpace(os.Getenv(SanitizeEnv)); v != "" {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return false, fmt.Errorf("mempool: %s: %s=%q: want 1 or 0", call, SanitizeEnv, v)
-			}
-			on = b
+		switch v := strings.TrimSpace(os.Getenv(SanitizeEnv)); v {
+		case "1", "true":
+			on = true
+		case "", "0", "false":
+		default:
+			return false, fmt.Errorf("mempool: %s: %s=%q: want 1 (or true) to sanitize, 0 (or false) or empty not to", call, SanitizeEnv, v)
 		}
 	}
 	if on {
@@ -258,6 +257,7 @@ type sanitizer struct {
 	spare    []*cl.Buffer         // result buffers of harvested batches, for new ones
 	findings []Finding
 	closed   bool // the pool's Close has begun
+	stopped  bool // the pool no longer holds (StopHolding): no block waits in quarantine
 	inflight int  // Closes of tracked blocks under way
 	res      *sanRes
 	resErr   error // why res could not be made, or that it was released

@@ -34,6 +34,11 @@ func (s *sanitizer) track(pb *PooledBuffer) {
 	s.seq++
 	sb.seq = s.seq
 	s.live[sb.id] = sb
+	if s.closed {
+		// Handed out by a request under way when Close began: open when
+		// its pool was closed.
+		s.report(Finding{Kind: LeakedAtClose, BlockID: sb.id, Size: sb.size, AllocSite: callsite.First(sb.alloc)})
+	}
 	own := s.guard(sb)
 	s.mu.Unlock()
 	if own != nil {
@@ -130,7 +135,7 @@ func (p *Pool) giveBackSanitized(pb *PooledBuffer, sb *sanBlock, size int64, hoo
 	leaving := s.enter(sb)
 	var gone []*segment
 	if i := slices.Index(leaving, sb); i >= 0 && sb.poison == nil {
-		// Nothing to check (the pool is closed): b goes back at once,
+		// Nothing to check (the pool is closed, or no longer holds): b goes back at once,
 		// never counted as held in the quarantine.
 		leaving = slices.Delete(leaving, i, i+1)
 		s.mu.Lock()

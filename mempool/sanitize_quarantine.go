@@ -21,8 +21,8 @@ func (s *sanitizer) poison(sb *sanBlock, cq *qstate) {
 	if sb.guarded {
 		checked = s.check(sb, OutOfBounds, cq, sb.size, sb.blk.Size, guardByte, nil)
 	}
-	if s.closed {
-		return
+	if s.closed || s.stopped {
+		return // the block goes back at once: nothing to poison
 	}
 	var wait []*cl.Event
 	if checked != nil {
@@ -38,12 +38,13 @@ func (s *sanitizer) poison(sb *sanBlock, cq *qstate) {
 
 // enter puts sb, closed and poisoned, in quarantine, and returns the
 // blocks that leave it to make room, oldest first, marked leaving; once
-// the pool is closed, sb itself leaves at once. p.mu must be held.
+// the pool is closed, or no longer holds (StopHolding), sb itself leaves
+// at once. p.mu must be held.
 func (s *sanitizer) enter(sb *sanBlock) []*sanBlock {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.quar = append(s.quar, sb)
-	if s.closed {
+	if s.closed || s.stopped {
 		sb.leaving = true
 		return []*sanBlock{sb}
 	}
@@ -164,16 +165,27 @@ func (s *sanitizer) quarantined(cached map[*block]bool) {
 	}
 }
 
-// poolClosing is the start of the pool's Close: it records a
-// LeakedAtClose finding for each block still open, gives the quarantine's
-// blocks to the policy (checked) for Close to free, and reads every
-// result. A second call does nothing.
-func (s *sanitizer) poolClosing() {
+// stopHolding is the start of the pool's StopHolding: from now on a
+// closed block is checked (its guard) and goes back at once, without
+// poison or quarantine; FreeHeld drains those waiting.
+func (s *sanitizer) stopHolding() {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+}
+
+// poolClosing is the start of the pool's Close, once it refuses
+// Allocates: it records a LeakedAtClose finding for each block still open
+// (track records one for a block handed out by a request that was under
+// way), gives the quarantine's blocks to the policy (checked) for Close to
+// free, and reads every result. It returns the allocator's errors of
+// freeing segments on the way. A second call does nothing.
+func (s *sanitizer) poolClosing() error {
 	s.harvest(true) // the findings of blocks closed before come first
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return
+		return nil
 	}
 	s.closed = true
 	open := make([]*sanBlock, 0, len(s.live))
@@ -185,8 +197,9 @@ func (s *sanitizer) poolClosing() {
 		s.report(Finding{Kind: LeakedAtClose, BlockID: sb.id, Size: sb.size, AllocSite: callsite.First(sb.alloc)})
 	}
 	s.mu.Unlock()
-	_ = s.p.leaveQuarantine(s.drain())
+	err := s.p.leaveQuarantine(s.drain())
 	s.harvest(true)
+	return err
 }
 
 // releaseIfIdle releases the sanitizer's kernel, queue and result buffers
