@@ -217,3 +217,28 @@ func TestKernelsAndArgumentsOfAnotherContextAreRefused(t *testing.T) {
 	require.NoError(t, other.ReadBuffer(theirs, 0, cl.Bytes(got)))
 	assert.Equal(t, make([]int32, 8), got, "nothing was written to the other context's buffer")
 }
+
+// The local-memory arguments of an enqueue add up: two that each fit the
+// device's LocalMemSize but not together are refused with
+// ErrOutOfResources before the runtime sees them, and setting one of them
+// smaller lets the kernel run.
+func TestLocalMemoryArgumentsAddUp(t *testing.T) {
+	q := cltest.Queue(t)
+	have := q.Device().LocalMemSize
+	require.Positive(t, have)
+	prog, err := q.Context().BuildProgram(`kernel void k(global int *x, local int *a, local int *b) { a[0] = 1; b[0] = 2; x[0] = a[0] + b[0]; }`, "")
+	require.NoError(t, err)
+	defer prog.Release()
+	k, err := prog.Kernel("k")
+	require.NoError(t, err)
+	defer k.Release()
+	buf, err := q.Context().CreateBuffer(cl.MemReadWrite, 64)
+	require.NoError(t, err)
+	defer buf.Release()
+	half := cl.LocalMem(have/2 + 64)
+	require.NoError(t, k.SetArgs(buf, half, half))
+	assert.ErrorIs(t, q.EnqueueKernel(k, []int{1}, nil), cl.ErrOutOfResources)
+	require.NoError(t, k.SetArg(2, cl.LocalMem(64)))
+	require.NoError(t, q.EnqueueKernel(k, []int{1}, nil))
+	require.NoError(t, q.Finish())
+}

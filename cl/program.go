@@ -115,18 +115,23 @@ type Kernel struct {
 	ctx      *Context // the program's
 	serial   bool     // see serialMu
 	released atomic.Bool
-	quals    map[int]argQual // the address qualifiers of the arguments seen so far
-	local    map[int]int64   // the bytes of the local-memory arguments set
+	quals    []argQual // the address qualifiers of the arguments, by index, as asked so far
+	local    []int64   // the bytes of the local-memory arguments set, by index (0: none)
 }
 
 // argQual is what SetArg knows of an argument's address qualifier.
 type argQual uint8
 
 const (
-	qualUnknown argQual = iota // the runtime does not say (no kernel-argument info)
+	qualUnasked argQual = iota // not asked yet
+	qualUnknown                // the runtime does not say (no kernel-argument info)
 	qualLocal                  // __local
 	qualOther                  // any other
 )
+
+// maxArgIndex bounds the arguments a Kernel keeps what it knows of: past
+// it (no kernel has so many), SetArg asks, and clSetKernelArg refuses.
+const maxArgIndex = 1 << 12
 
 // Kernel makes the kernel called name; a name with a NUL byte is refused
 // with ErrInvalidKernelName.
@@ -260,8 +265,8 @@ func (k *Kernel) checkQualifier(call string, i int, v any) error {
 // qualifier returns argument i's address qualifier, asked of the runtime
 // once (clGetKernelArgInfo).
 func (k *Kernel) qualifier(i int) argQual {
-	if q, ok := k.quals[i]; ok {
-		return q
+	if i >= 0 && i < len(k.quals) && k.quals[i] != qualUnasked {
+		return k.quals[i]
 	}
 	q := qualUnknown
 	var aq C.cl_kernel_arg_address_qualifier
@@ -282,24 +287,29 @@ func (k *Kernel) qualifier(i int) argQual {
 			q = qualOther
 		}
 	}
-	if k.quals == nil {
-		k.quals = map[int]argQual{}
+	if i >= 0 && i < maxArgIndex {
+		if i >= len(k.quals) {
+			k.quals = append(k.quals, make([]argQual, i+1-len(k.quals))...)
+		}
+		k.quals[i] = q
 	}
-	k.quals[i] = q
 	return q
 }
 
 // noteLocal notes the local memory argument i of k now takes: v's bytes if
 // it is LocalMem, else none.
 func (k *Kernel) noteLocal(i int, v any) {
-	if n, ok := v.(LocalMem); ok {
-		if k.local == nil {
-			k.local = map[int]int64{}
+	n, ok := v.(LocalMem)
+	switch {
+	case i < 0 || i >= maxArgIndex:
+	case ok:
+		if i >= len(k.local) {
+			k.local = append(k.local, make([]int64, i+1-len(k.local))...)
 		}
 		k.local[i] = int64(n)
-		return
+	case i < len(k.local):
+		k.local[i] = 0
 	}
-	delete(k.local, i)
 }
 
 // localBytes returns the bytes of k's local-memory arguments.
