@@ -130,11 +130,11 @@ func (q *CommandQueue) MapBuffer(buf *Buffer, flags MapFlags, offset, size int64
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case size <= 0:
+	if size <= 0 {
 		return nil, misuse(call, ErrInvalidValue, fmt.Sprintf("size %d", size))
-	case offset > buf.size || size > buf.size-offset:
-		return nil, misuse(call, ErrInvalidValue, fmt.Sprintf("region [%d, %d) is past the end of a %d-byte buffer", offset, offset+size, buf.size))
+	}
+	if err := region(call, buf, offset, size); err != nil {
+		return nil, err
 	}
 	if st, bad := mapProblem(flags, hostAccess(buf)); bad != "" {
 		return nil, misuse(call, st, fmt.Sprintf("flags %v: %s", flags, bad))

@@ -117,6 +117,8 @@ type Kernel struct {
 	released atomic.Bool
 	quals    []argQual // the address qualifiers of the arguments, by index, as asked so far
 	local    []int64   // the bytes of the local-memory arguments set, by index (0: none)
+	staticOn *Device   // the device static was asked for; nil if none yet
+	static   int64     // the local memory the kernel asks of staticOn with no local-memory argument set
 }
 
 // argQual is what SetArg knows of an argument's address qualifier.
@@ -183,6 +185,9 @@ func (k *Kernel) SetArg(i int, v any) error {
 	const call = "clSetKernelArg"
 	if k == nil || k.released.Load() {
 		return misuse(call, ErrInvalidKernel, "kernel is nil or released")
+	}
+	if i < 0 || i > math.MaxUint32 { // a cl_uint would wrap it to another argument
+		return misuse(call, ErrInvalidArgIndex, fmt.Sprintf("argument %d of %s", i, k.name))
 	}
 	if err := k.checkQualifier(call, i, v); err != nil {
 		return err
@@ -270,7 +275,7 @@ func (k *Kernel) qualifier(i int) argQual {
 	}
 	q := qualUnknown
 	var aq C.cl_kernel_arg_address_qualifier
-	if i >= 0 && i <= math.MaxUint32 {
+	if i >= 0 && i <= math.MaxUint32 { // SetArg refused any other
 		if k.serial {
 			serialMu.Lock()
 		}
@@ -312,13 +317,57 @@ func (k *Kernel) noteLocal(i int, v any) {
 	}
 }
 
-// localBytes returns the bytes of k's local-memory arguments.
+// localBytes returns the bytes of k's local-memory arguments, saturated
+// at math.MaxInt64.
 func (k *Kernel) localBytes() int64 {
 	var sum int64
 	for _, n := range k.local {
+		if sum > math.MaxInt64-n {
+			return math.MaxInt64
+		}
 		sum += n
 	}
 	return sum
+}
+
+// localOverflow returns an error matching ErrOutOfResources, for call, if
+// k asks more local memory of d than d has: its own __local arrays and its
+// local-memory arguments, as the runtime counts them
+// (CL_KERNEL_LOCAL_MEM_SIZE), and at least the arguments' sum. A kernel
+// with no local-memory argument is asked once per device.
+func (k *Kernel) localOverflow(call string, d *Device) error {
+	have := d.LocalMemSize
+	if have <= 0 {
+		return nil
+	}
+	args := k.localBytes()
+	need := k.static
+	if args > 0 || k.staticOn != d {
+		need = k.askLocal(d)
+		if args == 0 {
+			k.staticOn, k.static = d, need
+		}
+	}
+	if need = max(need, args); need > have {
+		return misuse(call, ErrOutOfResources, fmt.Sprintf("kernel %s: %d bytes of local memory, more than the device's %d", k.name, need, have))
+	}
+	return nil
+}
+
+// askLocal returns the local memory k asks of d now
+// (CL_KERNEL_LOCAL_MEM_SIZE); 0 if the runtime does not say.
+func (k *Kernel) askLocal(d *Device) int64 {
+	var v C.cl_ulong
+	if k.serial {
+		serialMu.Lock()
+		defer serialMu.Unlock()
+	}
+	code := C.clGetKernelWorkGroupInfo(k.id, d.id, C.CL_KERNEL_LOCAL_MEM_SIZE, C.size_t(unsafe.Sizeof(v)), unsafe.Pointer(&v), nil)
+	runtime.KeepAlive(k)
+	if code != 0 || v > math.MaxInt64 {
+		return 0
+	}
+	return int64(v)
 }
 
 // SetArgs sets the arguments in order, from 0.
@@ -384,9 +433,8 @@ func (q *CommandQueue) enqueueNDRange(k *Kernel, globalOffset, global, local []i
 	if dims < 1 || dims > 3 || (local != nil && len(local) != dims) || (globalOffset != nil && len(globalOffset) != dims) {
 		return nil, misuse(call, ErrInvalidWorkDimension, fmt.Sprintf("global %v, local %v, offset %v", global, local, globalOffset))
 	}
-	if need, have := k.localBytes(), q.Device().LocalMemSize; have > 0 && need > have {
-		// The specification's CL_OUT_OF_RESOURCES; POCL aborts the process instead.
-		return nil, misuse(call, ErrOutOfResources, fmt.Sprintf("kernel %s: %d bytes of local memory in its arguments, more than the device's %d", k.name, need, have))
+	if err := k.localOverflow(call, q.Device()); err != nil {
+		return nil, err // the specification's CL_OUT_OF_RESOURCES; POCL aborts the process instead
 	}
 	list, n, err := waitList(call, q.ctx, wait)
 	if err != nil {

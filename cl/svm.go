@@ -8,6 +8,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"runtime"
 	"strings"
@@ -338,6 +339,9 @@ func (k *Kernel) SetArgSVMPointer(i int, s *SVM, offset int64) error {
 	const call = "clSetKernelArgSVMPointer"
 	if k == nil || k.released.Load() {
 		return misuse(call, ErrInvalidKernel, "kernel is nil or released")
+	}
+	if i < 0 || i > math.MaxUint32 { // a cl_uint would wrap it to another argument
+		return misuse(call, ErrInvalidArgIndex, fmt.Sprintf("argument %d of %s", i, k.name))
 	}
 	if err := k.checkQualifier(call, i, s); err != nil {
 		return err

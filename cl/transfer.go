@@ -6,6 +6,7 @@ package cl
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"unsafe"
@@ -96,6 +97,9 @@ func (q *CommandQueue) enqueueTransfer(call string, write C.int, b *Buffer, bloc
 	if err != nil {
 		return nil, err
 	}
+	if err := region(call, b, offset, int64(len(data))); err != nil {
+		return nil, err
+	}
 	list, n, err := waitList(call, q.ctx, wait)
 	if err != nil {
 		return nil, err
@@ -148,8 +152,9 @@ func (q *CommandQueue) EnqueueFillBuffer(b *Buffer, pattern []byte, offset, size
 		return nil, misuse(call, ErrInvalidValue, fmt.Sprintf("negative size %d", size))
 	case offset%plen != 0 || size%plen != 0:
 		return nil, misuse(call, ErrInvalidValue, fmt.Sprintf("offset %d and size %d must be multiples of the pattern's %d bytes", offset, size, plen))
-	case offset > b.size || size > b.size-offset:
-		return nil, misuse(call, ErrInvalidValue, fmt.Sprintf("region [%d, %d) is past the end of a %d-byte buffer", offset, offset+size, b.size))
+	}
+	if err := region(call, b, offset, size); err != nil {
+		return nil, err
 	}
 	list, n, err := waitList(call, q.ctx, wait)
 	if err != nil {
@@ -187,6 +192,9 @@ func (q *CommandQueue) EnqueueCopyBuffer(src, dst *Buffer, srcOffset, dstOffset,
 	}
 	if size <= 0 {
 		return nil, misuse(call, ErrInvalidValue, fmt.Sprintf("size %d", size))
+	}
+	if err := errors.Join(region(call, src, srcOffset, size), region(call, dst, dstOffset, size)); err != nil {
+		return nil, err
 	}
 	if overlap(src, dst, srcOffset, dstOffset, size) {
 		return nil, misuse(call, ErrMemCopyOverlap, fmt.Sprintf("%d bytes from %d to %d: the ranges overlap in one buffer", size, srcOffset, dstOffset))
@@ -235,13 +243,20 @@ func cBool(b bool) C.cl_bool {
 	return C.CL_FALSE
 }
 
+// region returns an error matching ErrInvalidValue, for call, if size
+// bytes at offset (not negative) pass the end of b: not every runtime
+// checks a sub-buffer's end (POCL reads, writes and copies its
+// neighbour's bytes, which in a pool are another block's).
+func region(call string, b *Buffer, offset, size int64) error {
+	if offset > b.size || size > b.size-offset {
+		return misuse(call, ErrInvalidValue, fmt.Sprintf("region [%d, %d) is past the end of a %d-byte buffer", offset, offset+size, b.size))
+	}
+	return nil
+}
+
 // overlap reports whether size bytes at srcOffset of src and at dstOffset
 // of dst, each within its buffer, overlap in the memory of one buffer.
-// Ranges past a buffer's end are left to the runtime (ErrInvalidValue).
 func overlap(src, dst *Buffer, srcOffset, dstOffset, size int64) bool {
-	if srcOffset > src.size-size || dstOffset > dst.size-size {
-		return false
-	}
 	sr, s := src.root()
 	dr, d := dst.root()
 	return sr == dr && s+srcOffset < d+dstOffset+size && d+dstOffset < s+srcOffset+size
