@@ -45,13 +45,13 @@
 // one buffer, argument indices past 32 bits (a cl_uint wraps them to another
 // argument), and local memory for an argument that is not __local (it
 // crashes then) or any other value for one that is; POCL accepts some of
-// these too, work sizes of 0, and reads, writes and copies past a sub-
-// buffer's end (its neighbour's bytes), and aborts the process on a kernel
-// that asks more local memory than the device has (its own __local arrays
-// and its arguments); C strings end at a NUL byte, which would cut a source,
-// options or a kernel name unseen. This package checks those rules itself,
-// before the C call, so every runtime answers the same Status, the one the
-// OpenCL 1.2 specification gives.
+// these too, work sizes of 0, and reads, writes and copies past a
+// sub-buffer's end (its neighbour's bytes), and aborts the process on a
+// kernel that asks more local memory than the device has (its own __local
+// arrays and its arguments); C strings end at a NUL byte, which would cut a
+// source, options or a kernel name unseen. This package checks those rules
+// itself, before the C call, so every runtime answers the same Status, the
+// one the OpenCL 1.2 specification gives.
 //
 // With no OpenCL platform installed, or none that the ICD loader finds
 // through OCL_ICD_VENDORS, Platforms, SelectDevice and DefaultQueue return
