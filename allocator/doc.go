@@ -2,10 +2,12 @@
 //
 // Deferred is plain clCreateBuffer: fast, but a runtime that allocates lazily
 // reports an out-of-memory only at the first command that touches the
-// buffer, far from the allocation. Immediate adds a small write to every new
-// buffer, so the runtime must commit the memory at once and an out-of-memory
-// surfaces as the allocation's error, where a pool can react to it (free the
-// blocks it holds, and retry). That is what package mempool expects.
+// buffer, far from the allocation. Immediate probes every new buffer by
+// migrating it to its queue's device with undefined content
+// (clEnqueueMigrateMemObjects), which makes the runtime commit the memory at
+// once and writes nothing, so an out-of-memory surfaces as the allocation's
+// error, where a pool can react to it (free the blocks it holds, and retry).
+// That is what package mempool expects.
 //
 // Both refuse MemUseHostPtr and MemCopyHostPtr (a pool's buffers carry no
 // host memory) and negative sizes. Allocate(0) does not reach the driver,

@@ -362,12 +362,12 @@ func newChecker(unit string) checker {
 }
 
 // check checks ev, at place at (from 1), after the events checked before
-// it, and notes it. It sets a free's Size to 0.
+// it, and notes it; an event it refuses changes nothing. It sets a free's
+// Size to 0.
 func (c *checker) check(ev *Event, at int) error {
 	if c.lastAt > 0 && ev.Time < c.last {
 		return kindErrorf(ErrTimeBackwards, "time %d ns is before the %d ns of %s %d: a trace's times never go backwards", ev.Time.Nanoseconds(), c.last.Nanoseconds(), c.unit, c.lastAt)
 	}
-	c.last, c.lastAt = ev.Time, at
 	what, live := "block", c.liveSize
 	if ev.Op.Segment() {
 		what, live = "segment", c.segSize
@@ -378,6 +378,7 @@ func (c *checker) check(ev *Event, at int) error {
 			return fmt.Errorf("%s %d allocated while live", what, ev.ID)
 		}
 		live[ev.ID] = ev.Size
+		c.last, c.lastAt = ev.Time, at
 		return nil
 	}
 	if !isLive {
@@ -388,6 +389,7 @@ func (c *checker) check(ev *Event, at int) error {
 	}
 	delete(live, ev.ID)
 	ev.Size = 0
+	c.last, c.lastAt = ev.Time, at
 	return nil
 }
 
@@ -490,11 +492,13 @@ func shorten(s string) string {
 // line cut (ReadComplete refuses a cut one). It is not safe for
 // concurrent use; wrap it in a lock to share it.
 type Writer struct {
-	w      io.Writer
-	buf    []byte
-	cols   int // 3, 4 or 6: the header's
-	header bool
-	err    error // the first error of w; every later call returns it
+	w       io.Writer
+	buf     []byte
+	cols    int // 3, 4 or 6: the header's
+	header  bool
+	err     error   // the first error of w; every later call returns it
+	checker checker // the events written, as Read will check them
+	written int     // events written
 }
 
 // writeAt is the buffered bytes past which Write hands them to w.
@@ -515,9 +519,12 @@ func NewTimedWriter(w io.Writer) *Writer { return &Writer{w: w, cols: 4} }
 func NewSitedWriter(w io.Writer) *Writer { return &Writer{w: w, cols: 6} }
 
 // Write writes one event, after the header if it is the first. An event
-// Read would refuse in the Writer's format (an unknown op; a negative
-// size, or time or queue where the format has them) is refused with an
-// error, and nothing is written for it; the Writer stays usable.
+// Read would refuse, in the Writer's format and after the events written
+// before it, is refused with an error, and nothing is written for it; the
+// Writer stays usable. That is an unknown op; a negative size, or time or
+// queue where the format has them; a time before the last event's; an
+// allocation of a block (or segment) that is live, a free of one that is
+// not, or a free whose size is neither 0 nor the allocated size.
 func (t *Writer) Write(ev Event) error {
 	if t.err != nil {
 		return t.err
@@ -528,9 +535,18 @@ func (t *Writer) Write(ev Event) error {
 	if t.cols < 6 {
 		ev.Queue = 0
 	}
-	if err := ev.checkFields(); err != nil {
+	err := ev.checkFields()
+	if err == nil {
+		if t.checker.liveSize == nil {
+			t.checker = newChecker("event")
+		}
+		checked := ev // check sets a free's size to 0; the line keeps the size given
+		err = t.checker.check(&checked, t.written+1)
+	}
+	if err != nil {
 		return fmt.Errorf("trace: writing %c %d: %w", ev.Op, ev.ID, err)
 	}
+	t.written++
 	if !t.header {
 		t.header = true
 		h := header

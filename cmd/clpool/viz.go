@@ -48,7 +48,10 @@ Drag across a plot to zoom in, shift-drag or scroll sideways to pan,
 double-click to zoom out. A trace is replayed through a pool with no
 device (-policy; no limit and no sanitizer, whatever CLPOOL_MEMORY_LIMIT
 and CLPOOL_SANITIZE say), which gives the segments, and the managed bytes
-if the trace has no segment events (A and F). A snapshot's plots 1 and 2
+if the trace has no segment events (A and F): with no device, blocks are
+aligned to 4 KiB (a device's pool aligns them to the device's base-address
+alignment, 512 bytes on POCL), so those managed bytes can differ from what
+replay and plan report for the same trace. A snapshot's plots 1 and 2
 come from its history, if it has one, checked as a trace is. The x axis
 is time if the events have times, else the event's number. Ids past
 ±(2^53-1), which the page cannot tell apart, are refused.
