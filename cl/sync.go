@@ -6,6 +6,7 @@ package cl
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -27,7 +28,21 @@ func (q *CommandQueue) EnqueueMarker(wait ...*Event) (*Event, error) {
 // EnqueueBarrier enqueues a barrier: no command enqueued on q after it
 // starts before the events of wait complete, or, with no wait list, before
 // every command enqueued before it does. It returns no event.
+//
+// A barrier on an out-of-order queue also keeps the one before it, as the
+// specification has it: POCL lets commands after a barrier with a wait
+// list start before the barrier enqueued before it (of two barriers in a
+// row, only the last holds), so there the barrier waits on a marker of
+// wait, which, as any command, waits for the barrier before.
 func (q *CommandQueue) EnqueueBarrier(wait ...*Event) error {
+	if len(wait) > 0 && q != nil && q.props&QueueOutOfOrder != 0 {
+		m, err := q.enqueueSync("clEnqueueMarkerWithWaitList", false, wait)
+		if err != nil {
+			return err
+		}
+		_, err = q.enqueueSync("clEnqueueBarrierWithWaitList", true, []*Event{m})
+		return errors.Join(err, m.Release())
+	}
 	_, err := q.enqueueSync("clEnqueueBarrierWithWaitList", true, wait)
 	return err
 }

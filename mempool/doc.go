@@ -100,9 +100,9 @@
 // Close) and shared by every block given back there before it, and one
 // barrier in the asking queue that waits on every such marker (one
 // barrier per marker is not enough: POCL's out-of-order queues honour only
-// the last of two barriers in a row; and on an out-of-order queue each
-// barrier waits on a marker that waits for the one before, so that two
-// handovers in a row keep both waits). A marker seen complete needs no
+// the last of two barriers in a row, and package cl makes each barrier on
+// an out-of-order queue keep the one before: two handovers in a row keep
+// both waits). A marker seen complete needs no
 // waiting; the pool never waits on the host for a queue to hand a
 // block over (only before it frees SVM, below), never calls clFinish.
 // Requests prefer a block that only their queue may still use.

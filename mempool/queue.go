@@ -17,7 +17,7 @@ import (
 // than at Close so that a Close costs no OpenCL call, and one barrier in
 // the new queue that waits on every such marker (not a barrier per marker:
 // POCL's out-of-order queues honour only the last of two barriers in a
-// row; there, each barrier also waits for the one before: see barrier). A
+// row: cl.CommandQueue.EnqueueBarrier keeps the one before there). A
 // marker covers every block given back on its queue before it,
 // so one serves many handovers, and once it is seen complete (polled,
 // never waited for) a handover needs no barrier for it at all.
@@ -42,46 +42,7 @@ type qstate struct {
 	done      bool       // it has been seen complete
 	closed    bool       // the pool is closed: keep no marker
 
-	// barrierMu protects gate: taken last (another queue's mu may be
-	// held), it is held only around the enqueues of a barrier on q.
-	barrierMu sync.Mutex
-	gate      *cl.Event // out of order: the marker the last barrier the pool enqueued on q waits on; nil if none
-	gateOff   bool      // released with the pool: keep no gate
-
 	c qcache // the queue's cache of blocks given back on it
-}
-
-// barrier enqueues on r's queue a barrier on the events of wait: no
-// command enqueued after it starts before they complete. On an
-// out-of-order queue POCL honours only the last of two barriers in a row,
-// and two handovers in a row to one queue enqueue two: so there the
-// barrier waits on a marker (its gate) that waits for wait and for the
-// gate of the barrier before, which carries every earlier barrier's wait.
-func (r *qstate) barrier(wait ...*cl.Event) error {
-	if !r.ooo {
-		return r.q.EnqueueBarrier(wait...)
-	}
-	r.barrierMu.Lock()
-	defer r.barrierMu.Unlock()
-	if r.gateOff { // a handover racing the pool's Close keeps no gate
-		return r.q.EnqueueBarrier(wait...)
-	}
-	if r.gate != nil {
-		wait = append(wait[:len(wait):len(wait)], r.gate)
-	}
-	gate, err := r.q.EnqueueMarker(wait...)
-	if err != nil {
-		return err
-	}
-	if err := r.q.EnqueueBarrier(gate); err != nil {
-		_ = gate.Release()
-		return err
-	}
-	if r.gate != nil {
-		_ = r.gate.Release() // the new gate waits for it: the runtime keeps it until then
-	}
-	r.gate = gate
-	return nil
 }
 
 // QueueStats are the figures of one queue, in Stats.Queues.
@@ -166,7 +127,7 @@ func (p *Pool) order(uses []policy.Use, r *qstate) ([]fenced, error) {
 	}
 	failed := make([]bool, len(fs)) // fences whose wait failed: not counted
 	if r != nil && len(wait) > 0 {
-		if err := r.barrier(wait...); err != nil {
+		if err := r.q.EnqueueBarrier(wait...); err != nil {
 			errs = append(errs, fmt.Errorf("mempool: ordering after the commands that may use a block: %w", err))
 			for _, i := range waitAt {
 				failed[i] = true
@@ -270,7 +231,7 @@ func (qs *qstate) fence(seq uint64, r *qstate) (ready bool, marked int64, err er
 	if qs.done {
 		return true, marked, nil
 	}
-	if err := r.barrier(qs.marker); err != nil {
+	if err := r.q.EnqueueBarrier(qs.marker); err != nil {
 		return false, marked, fmt.Errorf("mempool: ordering after the commands that may use a block: %w", err)
 	}
 	return false, marked, nil
@@ -325,18 +286,10 @@ func (qs *qstate) mark(seq uint64) (marked int64, err error) {
 // release releases the queue's marker, at the pool's Close; a fence
 // after it releases its own.
 func (qs *qstate) release() error {
-	qs.barrierMu.Lock()
-	qs.gateOff = true
-	var err error
-	if qs.gate != nil {
-		err = qs.gate.Release()
-		qs.gate = nil
-	}
-	qs.barrierMu.Unlock()
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	qs.closed = true
-	return errors.Join(err, qs.releaseIfClosed())
+	return qs.releaseIfClosed()
 }
 
 func (qs *qstate) releaseIfClosed() error {

@@ -66,7 +66,7 @@ func (s *sanitizer) guard(sb *sanBlock) (own *cl.CommandQueue) {
 		return nil
 	}
 	if cq.ooo { // the user's commands come after the fill
-		err = cq.barrier(ev)
+		err = cq.q.EnqueueBarrier(ev)
 	}
 	_ = ev.Release()
 	sb.guarded = err == nil
