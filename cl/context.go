@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 )
 
@@ -144,6 +145,7 @@ type CommandQueue struct {
 	props       QueueProperties
 	ownsContext bool // made by DefaultQueue: Release releases the context too
 	released    atomic.Bool
+	barrierMu   sync.Mutex // out of order: keeps a barrier's marker and the barrier on it together (EnqueueBarrier)
 }
 
 // NewCommandQueue makes a queue on dev, which must be one of ctx's devices

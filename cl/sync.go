@@ -33,9 +33,14 @@ func (q *CommandQueue) EnqueueMarker(wait ...*Event) (*Event, error) {
 // specification has it: POCL lets commands after a barrier with a wait
 // list start before the barrier enqueued before it (of two barriers in a
 // row, only the last holds), so there the barrier waits on a marker of
-// wait, which, as any command, waits for the barrier before.
+// wait, which, as any command, waits for the barrier before. The marker
+// and its barrier are enqueued under the queue's lock, so that goroutines
+// that enqueue barriers on one queue cannot interleave them (another's
+// barrier on a marker enqueued before this one's would come last).
 func (q *CommandQueue) EnqueueBarrier(wait ...*Event) error {
 	if len(wait) > 0 && q != nil && q.props&QueueOutOfOrder != 0 {
+		q.barrierMu.Lock()
+		defer q.barrierMu.Unlock()
 		m, err := q.enqueueSync("clEnqueueMarkerWithWaitList", false, wait)
 		if err != nil {
 			return err
