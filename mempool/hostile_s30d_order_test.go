@@ -11,54 +11,94 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// s30dHandover runs trials of: a block used by a slow kernel on in-order
-// queue A, closed, then taken by an Allocate on out-of-order queue C
-// (a handover: the pool enqueues its gate and barrier on C); then
-// between(C) (the user's own, legal, commands on C); then a fill of the
-// block on C. It returns how many trials A's kernel read a filled value,
-// and how many trials reused A's block.
-func s30dHandover(t *testing.T, between func(t *testing.T, qc *cl.CommandQueue, qb *cl.CommandQueue)) (corrupted, reused, trials int) {
+// handover is a case of the out-of-order handover hazard that
+// handoverTrials runs.
+type handover struct {
+	// second: a second block, Y, read by a short kernel on in-order queue
+	// B and closed, is taken by a second Allocate on C right after X (two
+	// handover barriers on C in a row).
+	second bool
+	// between runs after X's Allocate on C (and before Y's, if second):
+	// the user's own commands on C, or what Close does to C's state. p is
+	// the trial's pool.
+	between func(t *testing.T, p *mempool.Pool, qc, qb *cl.CommandQueue)
+}
+
+// handoverTrials runs trials of: a block X used by a slow kernel on
+// in-order queue A, closed, then taken by an Allocate on out-of-order
+// queue C (a handover: the pool enqueues a barrier on C for A's marker),
+// as h says, then a fill of X on C. Each trial has a pool of its own (no
+// queue caches). It requires that X was A's block again in some trial,
+// and that A's kernel never read a filled value.
+func handoverTrials(t *testing.T, h handover) {
 	q := cltest.Queue(t)
 	qa := cltest.SecondQueue(t, q, 0)
 	qb := cltest.SecondQueue(t, q, 0)
 	qc := cltest.SecondQueue(t, q, cl.QueueOutOfOrder)
-	f := pooltest.New(t, q, mempool.WithoutQueueCaches())
 	ka := cltest.SlowReadKernel(t, qa)
+	kb := cltest.SlowReadKernel(t, qb)
 	n := 64
-	itersA := cltest.Size(q, 100, 2000000)
-	outA, err := q.Context().CreateBuffer(cl.MemReadWrite, int64(4*n))
-	require.NoError(t, err)
-	t.Cleanup(func() { outA.Release() })
-	size := int64(1 << 20)
-	trials = cltest.Size(q, 2, 8)
-	for range trials {
-		x, err := f.On(qa).Allocate(size)
+	itersA, itersB := cltest.Size(q, 100, 2000000), cltest.Size(q, 10, 20000)
+	out := func() *cl.Buffer {
+		b, err := q.Context().CreateBuffer(cl.MemReadWrite, int64(4*n))
 		require.NoError(t, err)
-		require.NoError(t, qa.WriteBuffer(x.Base(), x.Offset(), cl.Bytes(allOnes(n))))
-		require.NoError(t, ka.SetArgs(x.Buffer(), outA, int32(itersA)))
-		require.NoError(t, qa.EnqueueKernel(ka, []int{n}, nil))
-		require.NoError(t, qa.Flush())
-		xb, xo := x.Base(), x.Offset()
+		t.Cleanup(func() { b.Release() })
+		return b
+	}
+	outA, outB := out(), out()
+	sizeA, sizeB := int64(1<<20), int64(3<<20) // different bins
+	// used allocates a block of size on queue qu, writes ones in it, runs
+	// kernel k reading it for iters rounds, and closes it; it returns where
+	// the block was.
+	used := func(p *mempool.Pool, qu *cl.CommandQueue, k *cl.Kernel, outK *cl.Buffer, size int64, iters int) (*cl.Buffer, int64) {
+		x, err := p.On(qu).Allocate(size)
+		require.NoError(t, err)
+		require.NoError(t, qu.WriteBuffer(x.Base(), x.Offset(), cl.Bytes(allOnes(n))))
+		require.NoError(t, k.SetArgs(x.Buffer(), outK, int32(iters)))
+		require.NoError(t, qu.EnqueueKernel(k, []int{n}, nil))
+		require.NoError(t, qu.Flush())
+		base, off := x.Base(), x.Offset()
 		require.NoError(t, x.Close())
+		return base, off
+	}
 
-		x2, err := f.On(qc).Allocate(size) // the pool's gate and barrier on C
+	corrupted, reused := 0, 0
+	trials := cltest.Size(q, 2, 8)
+	for range trials {
+		p := pooltest.New(t, q, mempool.WithoutQueueCaches())
+		xb, xo := used(p, qa, ka, outA, sizeA, itersA)
+		if h.second {
+			used(p, qb, kb, outB, sizeB, itersB)
+		}
+		x2, err := p.On(qc).Allocate(sizeA) // a barrier on C for A's marker
 		require.NoError(t, err)
+		if h.between != nil {
+			h.between(t, p, qc, qb)
+		}
+		var y2 *mempool.PooledBuffer
+		if h.second {
+			y2, err = p.On(qc).Allocate(sizeB) // a barrier on C for B's marker, right after
+			require.NoError(t, err)
+		}
 		if x2.Base() == xb && x2.Offset() == xo {
 			reused++
 		}
-		between(t, qc, qb)
 		fill, err := qc.EnqueueFillBuffer(x2.Base(), cl.Bytes([]int32{7}), x2.Offset(), x2.Size())
 		require.NoError(t, err)
 		require.NoError(t, fill.Wait())
 		require.NoError(t, fill.Release())
 		require.NoError(t, qc.Finish())
 		require.NoError(t, x2.Close())
+		if y2 != nil {
+			require.NoError(t, y2.Close())
+		}
 		require.NoError(t, qa.Finish())
 		if slowReadCorrupted(t, qa, outA, n, itersA) {
 			corrupted++
 		}
 	}
-	return corrupted, reused, trials
+	require.Positive(t, reused, "the test must exercise reuse")
+	assert.Zero(t, corrupted, "A's kernel read a block the out-of-order queue filled, in %d of %d trials", corrupted, trials)
 }
 
 // After the pool's handover barrier on an out-of-order queue, the user
@@ -85,15 +125,13 @@ func s30dHandover(t *testing.T, between func(t *testing.T, qc *cl.CommandQueue, 
 // a barrier with a wait list wait on a marker of it, which waits for the
 // barrier before; the pool's gates went with it.
 func TestHostileS30dUserBarrierAfterHandoverOutOfOrder(t *testing.T) {
-	corrupted, reused, trials := s30dHandover(t, func(t *testing.T, qc, qb *cl.CommandQueue) {
+	handoverTrials(t, handover{between: func(t *testing.T, _ *mempool.Pool, qc, qb *cl.CommandQueue) {
 		ev, err := qb.EnqueueMarker()
 		require.NoError(t, err)
 		require.NoError(t, ev.Wait())
 		require.NoError(t, qc.EnqueueBarrier(ev))
 		require.NoError(t, ev.Release())
-	})
-	require.Positive(t, reused, "the test must exercise reuse")
-	assert.Zero(t, corrupted, "A's kernel read a block the out-of-order queue filled, in %d of %d trials", corrupted, trials)
+	}})
 }
 
 // A request under way when Close begins can hand a block over after
@@ -116,63 +154,7 @@ func TestHostileS30dUserBarrierAfterHandoverOutOfOrder(t *testing.T) {
 // one after a gated one, the sequence the gate was added to avoid.
 // (Fixed in cl's EnqueueBarrier, as the test above; no gate is left.)
 func TestHostileS30dHandoverRacingClose(t *testing.T) {
-	q := cltest.Queue(t)
-	qa := cltest.SecondQueue(t, q, 0)
-	qb := cltest.SecondQueue(t, q, 0)
-	qc := cltest.SecondQueue(t, q, cl.QueueOutOfOrder)
-	ka := cltest.SlowReadKernel(t, qa)
-	kb := cltest.SlowReadKernel(t, qb)
-	n := 64
-	itersA, itersB := cltest.Size(q, 100, 2000000), cltest.Size(q, 10, 20000)
-	outA, err := q.Context().CreateBuffer(cl.MemReadWrite, int64(4*n))
-	require.NoError(t, err)
-	t.Cleanup(func() { outA.Release() })
-	outB, err := q.Context().CreateBuffer(cl.MemReadWrite, int64(4*n))
-	require.NoError(t, err)
-	t.Cleanup(func() { outB.Release() })
-	sizeA, sizeB := int64(1<<20), int64(3<<20)
-
-	corrupted, reused := 0, 0
-	trials := cltest.Size(q, 2, 8)
-	for range trials {
-		f := pooltest.New(t, q, mempool.WithoutQueueCaches()) // a pool per trial: each trial's Close
-		x, err := f.On(qa).Allocate(sizeA)
-		require.NoError(t, err)
-		require.NoError(t, qa.WriteBuffer(x.Base(), x.Offset(), cl.Bytes(allOnes(n))))
-		require.NoError(t, ka.SetArgs(x.Buffer(), outA, int32(itersA)))
-		require.NoError(t, qa.EnqueueKernel(ka, []int{n}, nil))
-		require.NoError(t, qa.Flush())
-		xb, xo := x.Base(), x.Offset()
-		require.NoError(t, x.Close())
-
-		y, err := f.On(qb).Allocate(sizeB)
-		require.NoError(t, err)
-		require.NoError(t, qb.WriteBuffer(y.Base(), y.Offset(), cl.Bytes(allOnes(n))))
-		require.NoError(t, kb.SetArgs(y.Buffer(), outB, int32(itersB)))
-		require.NoError(t, qb.EnqueueKernel(kb, []int{n}, nil))
-		require.NoError(t, qb.Flush())
-		require.NoError(t, y.Close())
-
-		x2, err := f.On(qc).Allocate(sizeA) // before Close: gated barrier on C for A's marker
-		require.NoError(t, err)
-		require.NoError(t, mempool.S30dReleaseQueue(f, qc)) // Close reaches C's state
-		y2, err := f.On(qc).Allocate(sizeB)                 // the request under way: bare barrier on C for B's marker
-		require.NoError(t, err)
-		if x2.Base() == xb && x2.Offset() == xo {
-			reused++
-		}
-		fill, err := qc.EnqueueFillBuffer(x2.Base(), cl.Bytes([]int32{7}), x2.Offset(), x2.Size())
-		require.NoError(t, err)
-		require.NoError(t, fill.Wait())
-		require.NoError(t, fill.Release())
-		require.NoError(t, qc.Finish())
-		require.NoError(t, x2.Close())
-		require.NoError(t, y2.Close())
-		require.NoError(t, qa.Finish())
-		if slowReadCorrupted(t, qa, outA, n, itersA) {
-			corrupted++
-		}
-	}
-	require.Positive(t, reused, "the test must exercise reuse")
-	assert.Zero(t, corrupted, "A's kernel read a block the out-of-order queue filled, in %d of %d trials", corrupted, trials)
+	handoverTrials(t, handover{second: true, between: func(t *testing.T, p *mempool.Pool, qc, _ *cl.CommandQueue) {
+		require.NoError(t, mempool.S30dReleaseQueue(p, qc)) // Close reaches C's state before the second Allocate
+	}})
 }
