@@ -75,29 +75,12 @@ func TestHostileS30NULInStringsSilentlyTruncated(t *testing.T) {
 // Status"), and SetArg already checks LocalMem <= 0 for this reason.
 // Run in a child process, since it crashes.
 func TestHostileS30LocalMemForScalarArgCrashesOclgrind(t *testing.T) {
-	const role = "s30-localmem-scalar"
-	switch os.Getenv(cltest.ChildEnv) {
-	case role:
-		q := s30Queue(t, "oclgrind")
-		prog, err := q.Context().BuildProgram(`kernel void k(global int *x, float f) { x[0] = (int)f; }`, "")
-		require.NoError(t, err)
-		defer prog.Release()
-		k, err := prog.Kernel("k")
-		require.NoError(t, err)
-		defer k.Release()
-		err = k.SetArg(1, cl.LocalMem(4)) // argument 1 is a float, not __local
+	s30Child(t, "oclgrind", "CL_INVALID_ARG_VALUE", func(t *testing.T) {
+		_, k := s30Kernel(t, "oclgrind", `kernel void k(global int *x, float f) { x[0] = (int)f; }`)
+		err := k.SetArg(1, cl.LocalMem(4)) // argument 1 is a float, not __local
 		t.Logf("SetArg(float arg, LocalMem(4)): %v", err)
 		assert.ErrorIs(t, err, cl.ErrInvalidArgValue)
-		return
-	case "":
-	default:
-		t.Skip("a child of Reexec for another test")
-	}
-	cltest.Device(t, "oclgrind")
-	cltest.Watchdog(t, 60*time.Second)
-	out, err := cltest.Reexec(t, "^TestHostileS30LocalMemForScalarArgCrashesOclgrind$", cltest.ChildEnv+"="+role)
-	assert.NoError(t, err, "SetArg(LocalMem) on a float argument crashed the process:\n%s", s30Head(out))
-	assert.True(t, strings.Contains(out, "CL_INVALID_ARG_VALUE"), "the child saw no CL_INVALID_ARG_VALUE")
+	})
 }
 
 // A non-local value (a buffer, an int32) for a __local argument: the
@@ -129,38 +112,11 @@ func TestHostileS30NonLocalValueForLocalArgOclgrind(t *testing.T) {
 // SetArg against CL_DEVICE_LOCAL_MEM_SIZE), and a process that survives.
 // Run in a child process, since it aborts.
 func TestHostileS30LocalMemOverDeviceLimitAbortsPOCL(t *testing.T) {
-	const role = "s30-localmem-huge"
-	switch os.Getenv(cltest.ChildEnv) {
-	case role:
-		q := s30Queue(t, "pocl")
-		prog, err := q.Context().BuildProgram(`kernel void k(global int *x, local int *l) { l[0] = 1; x[0] = l[0]; }`, "")
-		require.NoError(t, err)
-		defer prog.Release()
-		k, err := prog.Kernel("k")
-		require.NoError(t, err)
-		defer k.Release()
-		b, err := q.Context().CreateBuffer(cl.MemReadWrite, 64)
-		require.NoError(t, err)
-		defer b.Release()
-		require.NoError(t, k.SetArg(0, b))
-		err = k.SetArg(1, cl.LocalMem(64<<20))
-		if err == nil {
-			err = q.EnqueueKernel(k, []int{1}, nil)
-			if err == nil {
-				err = q.Finish()
-			}
-		}
+	s30Child(t, "pocl", "", func(t *testing.T) {
+		err := s30LocalRun(t, "pocl", `kernel void k(global int *x, local int *l) { l[0] = 1; x[0] = l[0]; }`, cl.LocalMem(64<<20))
 		t.Logf("64 MiB of local memory: %v", err)
 		assert.Error(t, err)
-		return
-	case "":
-	default:
-		t.Skip("a child of Reexec for another test")
-	}
-	cltest.Device(t, "pocl")
-	cltest.Watchdog(t, 60*time.Second)
-	out, err := cltest.Reexec(t, "^TestHostileS30LocalMemOverDeviceLimitAbortsPOCL$", cltest.ChildEnv+"="+role)
-	assert.NoError(t, err, "a kernel with 64 MiB of local memory crashed the process:\n%s", s30Head(out))
+	})
 }
 
 // clEnqueueCopyBuffer between two different sub-buffers of one buffer
@@ -204,4 +160,61 @@ func s30Head(out string) string {
 		out = out[:1500]
 	}
 	return out
+}
+
+// s30Child runs body in a child process of the test binary, on the device
+// named dev: body may crash the process (POCL aborts, Oclgrind segfaults
+// on some misuse). The test requires the child to pass, and its output to
+// name want (a Status; "" for none). In the child, s30Child runs body and
+// nothing else.
+func s30Child(t *testing.T, dev, want string, body func(t *testing.T)) {
+	role := "s30-" + t.Name()
+	switch os.Getenv(cltest.ChildEnv) {
+	case role:
+		body(t)
+		return
+	case "":
+	default:
+		t.Skip("a child of Reexec for another test")
+	}
+	cltest.Device(t, dev)
+	cltest.Watchdog(t, 60*time.Second)
+	out, err := cltest.Reexec(t, "^"+t.Name()+"$", cltest.ChildEnv+"="+role)
+	require.NoError(t, err, "the child crashed or failed:\n%s", s30Head(out))
+	if want != "" {
+		assert.Contains(t, out, want, "the child saw no %s", want)
+	}
+}
+
+// s30Kernel builds src on the device named dev and returns its queue and
+// kernel k, released at the end of the test.
+func s30Kernel(t *testing.T, dev, src string) (*cl.CommandQueue, *cl.Kernel) {
+	q := s30Queue(t, dev)
+	prog, err := q.Context().BuildProgram(src, "")
+	require.NoError(t, err)
+	t.Cleanup(func() { prog.Release() })
+	k, err := prog.Kernel("k")
+	require.NoError(t, err)
+	t.Cleanup(func() { k.Release() })
+	return q, k
+}
+
+// s30LocalRun builds src on the named device, sets argument 0 to a
+// 64-byte buffer and arguments 1.. to locals, enqueues one work-item and
+// finishes; it returns the first error.
+func s30LocalRun(t *testing.T, dev, src string, locals ...cl.LocalMem) error {
+	q, k := s30Kernel(t, dev, src)
+	b, err := q.Context().CreateBuffer(cl.MemReadWrite, 64)
+	require.NoError(t, err)
+	defer b.Release()
+	require.NoError(t, k.SetArg(0, b))
+	for i, l := range locals {
+		if err := k.SetArg(i+1, l); err != nil {
+			return err
+		}
+	}
+	if err := q.EnqueueKernel(k, []int{1}, nil); err != nil {
+		return err
+	}
+	return q.Finish()
 }
