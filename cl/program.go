@@ -172,8 +172,10 @@ func (k *Kernel) Name() string {
 // runtime tells the arguments' address qualifiers (clGetKernelArgInfo), SetArg
 // refuses LocalMem for an argument that is not __local, and any other value
 // for one that is, with ErrInvalidArgValue, as the specification says (not
-// every runtime checks); an enqueue whose local-memory arguments add up to
-// more than the device's LocalMemSize is refused with ErrOutOfResources.
+// every runtime checks); an enqueue of a kernel that asks more local memory
+// than the device's LocalMemSize (its local-memory arguments and its own
+// __local arrays: CL_KERNEL_LOCAL_MEM_SIZE) is refused with
+// ErrOutOfResources.
 type LocalMem int
 
 // SetArg sets argument i. The value's Go type picks the C type: *Buffer
