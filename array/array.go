@@ -191,6 +191,11 @@ func newArray[T Elem](op string, q *cl.CommandQueue, n int, alloc Alloc) (*Array
 	if q == nil {
 		return nil, fmt.Errorf("array: %s: nil queue: %w", op, cl.ErrInvalidCommandQueue)
 	}
+	if q.Properties()&cl.QueueOutOfOrder != 0 {
+		// Operations are enqueued one after the other with no events:
+		// only an in-order queue runs them in that order.
+		return nil, fmt.Errorf("array: %s: an out-of-order queue: arrays need an in-order one: %w", op, cl.ErrInvalidCommandQueue)
+	}
 	size, err := byteSize[T](q, n)
 	if err != nil {
 		return nil, fmt.Errorf("array: %s: %w", op, err)

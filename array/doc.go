@@ -99,7 +99,10 @@
 // cl.ErrInvalidCommandQueue. Errors say "array:" once, then the call that
 // failed and, where it takes several arrays, the operand, as in
 // "array: IAdd: y has 11 elements, x has 10: lengths differ"; match the
-// sentinels (ErrClosed, ErrLengthMismatch, ...) with errors.Is.
+// sentinels (ErrClosed, ErrLengthMismatch, ...) with errors.Is. An array's
+// queue must be in order: an out-of-order one (cl.QueueOutOfOrder) is
+// refused with an error matching cl.ErrInvalidCommandQueue, as each
+// operation's commands are enqueued one after the other with no events.
 //
 // # Kernels
 //

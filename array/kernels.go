@@ -120,8 +120,9 @@ func typeOf[T Elem]() clType {
 // arguments from mixing with another's between SetArgs and the enqueue
 // (the runtime copies the arguments at the enqueue).
 type guardedKernel struct {
-	mu sync.Mutex // serializes the setting of k's arguments and k's enqueue
-	k  *cl.Kernel
+	mu       sync.Mutex // serializes the setting of k's arguments and k's enqueue, and its release
+	k        *cl.Kernel
+	released bool // ReleaseKernels released k: look the kernels up again
 }
 
 type kernelSet struct {
@@ -167,16 +168,23 @@ func kernelsFor[T Elem](ctx *cl.Context) (*kernelSet, error) {
 	return ks, nil
 }
 
+// release releases the kernels, each under its lock (an operation may be
+// setting its arguments), then the program.
 func (ks *kernelSet) release() {
 	for _, k := range ks.kernels {
+		k.mu.Lock()
 		_ = k.k.Release()
+		k.released = true
+		k.mu.Unlock()
 	}
 	_ = ks.prog.Release()
 }
 
 // ReleaseKernels releases the kernels built for ctx. Call it before
 // releasing a context that arrays were used on, in programs that make many
-// contexts; arrays used on ctx afterwards build them again.
+// contexts; arrays used on ctx afterwards build them again. An operation
+// running at the same time finishes with the kernels it took, or builds
+// them again.
 func ReleaseKernels(ctx *cl.Context) {
 	built.mu.Lock()
 	defer built.mu.Unlock()
@@ -205,12 +213,10 @@ func run[T Elem](op string, q *cl.CommandQueue, name string, global int, local [
 		local = []int{elementGroup}
 		global = (global + elementGroup - 1) / elementGroup * elementGroup
 	}
-	ks, err := kernelsFor[T](q.Context())
+	gk, err := lockKernel[T](q.Context(), name)
 	if err != nil {
 		return fmt.Errorf("array: %s: %w", op, err)
 	}
-	gk := ks.kernels[name]
-	gk.mu.Lock()
 	defer gk.mu.Unlock()
 	if err := gk.k.SetArgs(kernelArgs(args)...); err != nil {
 		return fmt.Errorf("array: %s: kernel %s: %w", op, name, err)
@@ -220,3 +226,27 @@ func run[T Elem](op string, q *cl.CommandQueue, name string, global int, local [
 	}
 	return nil
 }
+
+// lockKernel returns the kernel called name of T's kernels for ctx,
+// locked. A kernel ReleaseKernels released after the lookup is looked up
+// again (its set is gone, so kernelsFor builds a new one); that happens
+// only while another goroutine calls ReleaseKernels on ctx, so the loop
+// ends once it stops, and after maxKernelLookups tries at most.
+func lockKernel[T Elem](ctx *cl.Context, name string) (*guardedKernel, error) {
+	for range maxKernelLookups {
+		ks, err := kernelsFor[T](ctx)
+		if err != nil {
+			return nil, err
+		}
+		gk := ks.kernels[name]
+		gk.mu.Lock()
+		if !gk.released {
+			return gk, nil
+		}
+		gk.mu.Unlock()
+	}
+	return nil, fmt.Errorf("kernel %s: released by ReleaseKernels %d times while in use", name, maxKernelLookups)
+}
+
+// maxKernelLookups bounds lockKernel's tries.
+const maxKernelLookups = 100
