@@ -60,6 +60,7 @@ func (c *Collector) Add(name string, p *mempool.Pool) error {
 // Remove removes the pool of that name, whose series then leave the next
 // scrape, and reports whether there was one.
 func (c *Collector) Remove(name string) bool {
+	name = validLabel(name) // as NewCollector stored it
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, ok := c.pools[name]
@@ -212,7 +213,7 @@ var groups = []struct {
 	{newStatDescs("inactive_split", "Held blocks of segments that have a block in use (not releasable)", groupLabels), func(s *mempool.Stats) mempool.StatGroup { return s.InactiveSplit }},
 	{newStatDescs("inactive_split_bytes", "Bytes of the held blocks of segments that have a block in use", groupLabels), func(s *mempool.Stats) mempool.StatGroup { return s.InactiveSplitBytes }},
 	{newStatDescs("segment", "Device allocations the pool owns", groupLabels), func(s *mempool.Stats) mempool.StatGroup { return s.Segment }},
-	{newStatDescs("reserved_bytes", "Bytes of the device allocations the pool owns, with those in flight", groupLabels), func(s *mempool.Stats) mempool.StatGroup { return s.ReservedBytes }},
+	{newStatDescs("reserved_bytes", "Bytes of the device allocations the pool owns, once allocated", groupLabels), func(s *mempool.Stats) mempool.StatGroup { return s.ReservedBytes }},
 }
 
 // The oversize statistics, which torch keeps for all blocks only.

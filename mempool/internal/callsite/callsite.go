@@ -28,7 +28,7 @@ func (f Frame) String() string {
 var ownPackages = []string{
 	"github.com/clpool/clpool/mempool.", "github.com/clpool/clpool/mempool/memhooks.",
 	"github.com/clpool/clpool/array.", "github.com/clpool/clpool/allocator.",
-	"github.com/clpool/clpool/cl.",
+	"github.com/clpool/clpool/cl.", "github.com/clpool/clpool/trace.",
 	// Not clpool's, but above the user's code: the tree starts at main.main,
 	// or at the test function.
 	"runtime.", "testing.",
