@@ -270,31 +270,30 @@ func (k *Kernel) checkQualifier(call string, i int, v any) error {
 }
 
 // qualifier returns argument i's address qualifier, asked of the runtime
-// once (clGetKernelArgInfo).
+// once (clGetKernelArgInfo). i is a cl_uint: SetArg and SetArgSVMPointer
+// refuse any other.
 func (k *Kernel) qualifier(i int) argQual {
-	if i >= 0 && i < len(k.quals) && k.quals[i] != qualUnasked {
+	if i < len(k.quals) && k.quals[i] != qualUnasked {
 		return k.quals[i]
 	}
 	q := qualUnknown
 	var aq C.cl_kernel_arg_address_qualifier
-	if i >= 0 && i <= math.MaxUint32 { // SetArg refused any other
-		if k.serial {
-			serialMu.Lock()
-		}
-		code := C.clGetKernelArgInfo(k.id, C.cl_uint(i), C.CL_KERNEL_ARG_ADDRESS_QUALIFIER, C.size_t(unsafe.Sizeof(aq)), unsafe.Pointer(&aq), nil)
-		if k.serial {
-			serialMu.Unlock()
-		}
-		runtime.KeepAlive(k)
-		switch {
-		case code != 0: // no info, or no argument i: clSetKernelArg answers
-		case aq == C.CL_KERNEL_ARG_ADDRESS_LOCAL:
-			q = qualLocal
-		default:
-			q = qualOther
-		}
+	if k.serial {
+		serialMu.Lock()
 	}
-	if i >= 0 && i < maxArgIndex {
+	code := C.clGetKernelArgInfo(k.id, C.cl_uint(i), C.CL_KERNEL_ARG_ADDRESS_QUALIFIER, C.size_t(unsafe.Sizeof(aq)), unsafe.Pointer(&aq), nil)
+	if k.serial {
+		serialMu.Unlock()
+	}
+	runtime.KeepAlive(k)
+	switch {
+	case code != 0: // no info, or no argument i: clSetKernelArg answers
+	case aq == C.CL_KERNEL_ARG_ADDRESS_LOCAL:
+		q = qualLocal
+	default:
+		q = qualOther
+	}
+	if i < maxArgIndex {
 		if i >= len(k.quals) {
 			k.quals = append(k.quals, make([]argQual, i+1-len(k.quals))...)
 		}
@@ -308,7 +307,7 @@ func (k *Kernel) qualifier(i int) argQual {
 func (k *Kernel) noteLocal(i int, v any) {
 	n, ok := v.(LocalMem)
 	switch {
-	case i < 0 || i >= maxArgIndex:
+	case i >= maxArgIndex: // i is a cl_uint, as SetArg checked
 	case ok:
 		if i >= len(k.local) {
 			k.local = append(k.local, make([]int64, i+1-len(k.local))...)
