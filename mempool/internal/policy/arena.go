@@ -123,11 +123,13 @@ func Round(size, align int64) int64 {
 }
 
 // SetQuick lets up to n blocks of at most maxSize bytes given back wait
-// unmerged (see Arena); n = 0, the default, merges every block at once.
-// Blocks waiting are merged first.
+// unmerged (see Arena), and up to min(n, DefaultQuickLarge) larger ones;
+// n = 0, the default, merges every block at once. Blocks waiting are
+// merged first.
 func (a *Arena[T]) SetQuick(n int, maxSize int64) {
 	a.Flush()
-	a.quick.setLimits(max(n, 0), maxSize)
+	n = max(n, 0)
+	a.quick.setLimits(n, min(n, DefaultQuickLarge), maxSize)
 }
 
 // Get takes a free block of at least n bytes (n from Round), splits off
@@ -688,8 +690,15 @@ func (a *Arena[T]) Check() error {
 	if got := a.Counts(); c.FreeBlocks != got.FreeBlocks || c.FreeBytes != got.FreeBytes {
 		return fmt.Errorf("counts %+v, counted %+v", c, got)
 	}
-	if quick != a.quick.len() || quick > a.quick.max {
-		return fmt.Errorf("%d blocks wait unmerged, %d listed, at most %d may", quick, a.quick.len(), a.quick.max)
+	large := 0
+	for _, b := range a.quick.blocks {
+		if b.Size > a.quick.maxSize {
+			large++
+		}
+	}
+	if quick != a.quick.len() || large != a.quick.large || large > a.quick.maxLarge || quick-large > a.quick.max {
+		return fmt.Errorf("%d blocks wait unmerged (%d large), %d listed (%d large), at most %d and %d large may",
+			quick, large, a.quick.len(), a.quick.large, a.quick.max, a.quick.maxLarge)
 	}
 	total, bad := 0, false
 	for _, x := range []*freeIndex[T]{&a.sized, &a.owned, &a.tiny} {

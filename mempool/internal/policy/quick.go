@@ -1,28 +1,33 @@
 package policy
 
 // quickLists holds the few free blocks of an arena that wait unmerged
-// (DefaultQuick of them), oldest first: a request of a size takes the
+// (DefaultQuick small ones and DefaultQuickLarge large ones), oldest first: a request of a size takes the
 // newest block of that size with no search of the index and no split. They
 // are so few that a scan of them costs less than any index: Flush and a
 // miss look at each once.
 type quickLists[T comparable] struct {
-	blocks  []*Block[T] // waiting, oldest first; len ≤ max
-	maxSize int64       // the largest block that may wait
-	max     int         // the most blocks that may wait
+	blocks   []*Block[T] // waiting, oldest first
+	maxSize  int64       // the largest small block: the others are large
+	max      int         // the most small blocks that may wait
+	maxLarge int         // the most large blocks that may wait
+	large    int         // the large blocks waiting
 }
 
 // len returns how many blocks wait.
 func (q *quickLists[T]) len() int { return len(q.blocks) }
 
-// setLimits lets blocks of up to maxSize bytes wait, at most max of them.
-// The lists must be empty.
-func (q *quickLists[T]) setLimits(max int, maxSize int64) {
-	*q = quickLists[T]{max: max, maxSize: maxSize, blocks: make([]*Block[T], 0, max)}
+// setLimits lets at most max small blocks (of up to maxSize bytes) and
+// maxLarge larger ones wait. The lists must be empty.
+func (q *quickLists[T]) setLimits(max, maxLarge int, maxSize int64) {
+	*q = quickLists[T]{max: max, maxLarge: maxLarge, maxSize: maxSize, blocks: make([]*Block[T], 0, max+maxLarge)}
 }
 
 // admits reports whether a free block of size may wait.
 func (q *quickLists[T]) admits(size int64) bool {
-	return len(q.blocks) < q.max && size <= q.maxSize
+	if size <= q.maxSize {
+		return len(q.blocks)-q.large < q.max
+	}
+	return q.large < q.maxLarge
 }
 
 // getOn returns a waiting block of exactly size bytes, the newest, or
@@ -48,6 +53,9 @@ func (q *quickLists[T]) getOn(size int64, queue int32) *Block[T] {
 func (q *quickLists[T]) push(b *Block[T]) {
 	b.quick = true
 	q.blocks = append(q.blocks, b)
+	if b.Size > q.maxSize {
+		q.large++
+	}
 }
 
 // remove takes b, listed, off the list.
@@ -61,6 +69,9 @@ func (q *quickLists[T]) remove(b *Block[T]) {
 	q.blocks[last] = nil // no stale pointer past the end
 	q.blocks = q.blocks[:last]
 	b.quick = false
+	if b.Size > q.maxSize {
+		q.large--
+	}
 }
 
 // pop takes the largest waiting block (the newest of that size) off the
