@@ -265,11 +265,13 @@
 // lines up the finalizer calls of the goroutines on one queue (the
 // runtime's own lock for them costs far more contended).
 //
-// The counters still see every operation in each queue's order (summed,
-// and brought under the pool's lock every few dozen operations, before
-// Stats, and before any operation that takes the pool's lock, for every
-// cache not in use at that moment; so only a peak across queues used by
-// goroutines at once can be off, by what one queue's cache moved since).
+// The counters still see every operation in order (summed in turns, each
+// the operations of one queue's cache with no other's in between, and
+// brought under the pool's lock every few dozen operations, before Stats,
+// and before any operation that takes the pool's lock, for every cache
+// not in use at that moment, turn by turn in the order they were made;
+// so only a peak across queues used by goroutines at once can be off, by
+// what one queue's cache moved since).
 // In an arena, a queue's cache holds at most a sixteenth of the pool,
 // and, apart, blocks that each cover a segment of at least an eighth of
 // it, up to half (waiting, they keep nothing from merging; a CG

@@ -36,6 +36,12 @@ type Pool struct {
 	hooksMu    sync.Mutex                   // serializes AddHook and its remove; protects nothing else
 	locks      *atomic.Int64                // counts lock's acquisitions, in tests; nil otherwise
 
+	// clock numbers the queue caches' turns (qflush.go). It has cache
+	// lines of its own: with goroutines on several queues, it is written
+	// at each turn.
+	_     [64]byte
+	clock atomic.Uint64
+
 	// The fields above are read on every request; mu and the core are
 	// written. The padding keeps them on different cache lines, so that
 	// one core taking the lock does not take the lines the others read

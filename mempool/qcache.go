@@ -17,19 +17,16 @@ import (
 // queue's lock alone: reuse on one in-order queue needs no ordering, and
 // the block's sub-buffer stays with it.
 //
-// The ledger still sees every operation, in each queue's order: the cache
-// sums what it did in a qdelta (with, for each statistic, the highest its
-// running sum reached, so that a queue's peaks come out as if counted one
-// by one) and brings it into the ledger under p.mu every flushOps
-// operations, before any operation of the queue that takes p.mu, and
-// before Stats. An operation of any queue that takes p.mu also brings in
-// the other caches not in use at that moment (flushIdleCaches), so
-// that one goroutine's operations on several queues count in its order.
-// Across queues used by goroutines at once the sums still arrive in
-// batches, so a pool-wide peak can be off by what one queue's cache moved
-// since its last flush (its blocks are at most cacheBlocks small ones). Blocks in a cache count
-// as held: inactive splits if a block of their segment is in use, which
-// the ledger learns at the flush too (splits.go). A request the pool
+// The ledger still sees every operation, in order: the cache sums what
+// it did in turns (qflush.go) and brings them into the ledger under p.mu
+// every flushOps operations, before any operation of the queue that
+// takes p.mu, and before Stats, with the turns of every other cache not
+// in use at that moment, in the order they were made: one goroutine's
+// operations on several queues count in its order, peaks included. Only
+// the turns of a cache in use by another goroutine at that moment (whose
+// operations run concurrently, in no order) come in later. Blocks in a
+// cache count as held: inactive splits if a block of their segment is in
+// use, which the ledger learns at the flush too (splits.go). A request the pool
 // cannot serve from what the policy holds first drains every cache back
 // into the policy, and so do FreeHeld and the out-of-memory ladder, so
 // cached memory is reused across queues and freed like any held block.
@@ -41,7 +38,7 @@ import (
 // on the pool's own path (see core.handOut).
 //
 // Lock order: a queue's c.mu, then p.mu; never the other way, but for a
-// try that does not wait (flushIdleCaches). A request on no queue uses
+// try that does not wait (flushLocked). A request on no queue uses
 // p.host's cache, as a queue's.
 
 // States of the queue caches, in Pool.cacheState: one word, moved
@@ -81,7 +78,7 @@ type qcache struct {
 	d               qdelta // operations not yet in the ledger
 
 	// ever is set at the first block put here, and never cleared:
-	// flushIdleCaches tries the locks of those caches only.
+	// flushLocked tries the locks of those caches only.
 	ever atomic.Bool
 	_    [64]byte
 }
@@ -175,7 +172,7 @@ func (p *Pool) allocateCached(size int64, r *qstate, pb *PooledBuffer) (got *Poo
 	}
 	*pb = PooledBuffer{pool: p, blk: b, size: size, q: r}
 	b.Requested, b.Owner = size, uint64(uintptr(unsafe.Pointer(pb))) // b.Queue is r already
-	c.d.hit(b, size)
+	c.d.enter(&p.clock).hit(b, size)
 	if b.Split && !c.d.moves.trip(b.Seg, -b.Size) {
 		c.d.moves.list(b.Seg, -b.Size)
 	}
@@ -242,7 +239,7 @@ func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 	}
 	c.blocks = append(c.blocks, cb)
 	c.count(cb, b.Size)
-	c.d.put(b, size)
+	c.d.enter(&p.clock).put(b, size)
 	if b.Split && !c.d.moves.trip(b.Seg, b.Size) {
 		c.d.moves.list(b.Seg, b.Size)
 	}
@@ -278,7 +275,7 @@ func (p *Pool) drain() (moved bool, err error) {
 			continue
 		}
 		p.lock()
-		p.flushCacheLocked(qs)
+		p.flushLocked(qs)
 		var gone []*segment
 		for _, cb := range qs.c.blocks {
 			gone = p.uncacheLocked(gone, qs, cb.block)
@@ -316,7 +313,7 @@ func (p *Pool) uncacheLocked(gone []*segment, qs *qstate, b *block) []*segment {
 func (p *Pool) evict(r *qstate, at []int) {
 	c := &r.c
 	p.lock()
-	p.flushCacheLocked(r)
+	p.flushLocked(r)
 	var gone []*segment
 	for _, i := range at {
 		cb := c.blocks[i]
@@ -348,9 +345,9 @@ func (p *Pool) lockCaches() ([]*qstate, map[*block]bool) {
 		}
 		p.lock()
 		if len(p.cacheList()) == len(qs) {
+			p.flushTurnsLocked(qs)
 			cached := map[*block]bool{}
 			for _, q := range qs {
-				p.flushCacheLocked(q)
 				for _, cb := range q.c.blocks {
 					cached[cb.block] = true
 				}

@@ -262,3 +262,37 @@ func TestQueueCacheKeepsWholeSegments(t *testing.T) {
 	assert.Equal(t, int64(3), queueStats(t, s, f.q).Cached, "at most half the pool: the oldest went back")
 	assert.Equal(t, int64(7), s.DeviceAllocs)
 }
+
+// One goroutine on two queues: a put into B's cache, then a hit from A's
+// cache. Summed per cache and brought in A's first (as the pool did when
+// an operation on A took its lock), they counted one buffer more than
+// were ever open at once. The caches' turns bring them in the order they
+// were made (qflush.go), on both policies.
+func TestQueueCachesCountInTheOrderOfTheirTurns(t *testing.T) {
+	for _, pol := range policies[2:4] {
+		t.Run(pol.name, func(t *testing.T) {
+			f := newFixture(t, nil, pol.opts...)
+			onA, onB := f.pool.On(f.q), f.pool.On(cltest.SecondQueue(t, f.q, 0))
+			alloc := func(on *mempool.QueueAllocator, n int64) *mempool.PooledBuffer {
+				b, err := on.Allocate(n)
+				require.NoError(t, err)
+				return b
+			}
+			large := alloc(onA, 2<<20) // never cached: its Close takes p.mu on A
+			a := alloc(onA, 4096)
+			require.NoError(t, a.Close()) // into A's cache
+			b := alloc(onB, 4096)
+			s := f.pool.Stats() // every cache flushed: large and b open
+			require.Equal(t, int64(2), s.Allocation.All.Current)
+			require.Equal(t, int64(2), s.Allocation.All.Peak)
+			require.NoError(t, b.Close()) // into B's cache: 1 open
+			a = alloc(onA, 4096)          // from A's cache: 2 open
+			require.NoError(t, large.Close())
+			s = f.pool.Stats()
+			assert.Equal(t, int64(1), s.Allocation.All.Current)
+			assert.Equal(t, int64(2), s.Allocation.All.Peak, "never more than 2 buffers open")
+			assert.Equal(t, int64(1), s.Allocation.Small.Peak, "never more than 1 small buffer open")
+			require.NoError(t, a.Close())
+		})
+	}
+}

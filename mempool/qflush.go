@@ -1,9 +1,136 @@
 package mempool
 
+import "sync/atomic"
+
 // This file brings the queue caches' sums into the ledger (see
-// qcache.go): each cache every flushOps operations, before any
-// operation that takes p.mu on its queue, the other caches not in use
-// then (flushIdleCaches), and all of them before Stats.
+// qcache.go), in the order the operations were made.
+//
+// A cache sums its operations in turns: a turn is the operations it made
+// with no other cache's in between. The pool's clock (Pool.clock) numbers
+// the turns: a cache that finds the clock where its own last turn left it
+// goes on with that turn; else it starts a new one, and moves the clock
+// on. So turns of one goroutine's operations on several queues come in
+// the order it made them, and the ledger, bringing in every cache not in
+// use at once (flushLocked), applies them by their numbers: the same
+// counts, peaks included, as the operations one by one. On one queue the
+// clock is only read. A cache's sums come in every flushOps operations,
+// before any operation of its queue that takes p.mu, and before Stats;
+// those of every other cache not in use come in with them. Only the sums
+// of a cache in use at that moment by another goroutine, which runs
+// concurrently, may come in after newer turns.
+
+// qdelta is a queue cache's operations not yet in the ledger, in turns.
+// The cache's blocks are all small (cacheMaxBlock), so only the small
+// halves of the statistics change. The split blocks that moved are listed
+// (moves): whether each one changes the inactive splits by itself or with
+// its segment's other blocks, only the ledger can tell.
+type qdelta struct {
+	turns []qturn // oldest first; a cache's first operation after a flush starts one
+	mark  uint64  // the clock when the last turn began: its number
+	n     int64   // the operations summed
+	// cursor is the next turn flushTurnsLocked brings in.
+	cursor int
+	moves  *splitMoves // nil where no block is a split (exact bins)
+}
+
+// qturn sums the operations of one turn of a cache. Every hit adds one
+// allocation and every put frees one, so the counts of hits, of
+// operations and of blocks into and out of the cache all follow from
+// allocation's sums, and the bytes into and out of it from allocated's:
+// the hot path adds only what it must.
+type qturn struct {
+	allocation, allocated, requested statDelta // the active blocks, their bytes, the bytes asked for
+	stamp                            uint64    // its number on the pool's clock
+	runs, moves                      int       // the split moves listed before it began (splitMoves' runs and n)
+}
+
+// ops returns how many operations d sums.
+func (d *qdelta) ops() int64 { return d.n }
+
+// enter counts one more operation, in the current turn, or in a new one
+// if the cache has none or another cache began one since (clock moved).
+// It is small enough to be inlined: on one queue, it reads the clock.
+func (d *qdelta) enter(clock *atomic.Uint64) *qturn {
+	d.n++
+	if len(d.turns) == 0 || clock.Load() != d.mark {
+		d.begin(clock)
+	}
+	return &d.turns[len(d.turns)-1]
+}
+
+// begin starts a turn. It moves the clock on, unless no other cache
+// began a turn since this one's last (then the cache's turns were
+// flushed, and the number is still its own; 0 is none's). A round trip
+// of a split block (splitMoves.trip) does not span two turns.
+func (d *qdelta) begin(clock *atomic.Uint64) {
+	if d.mark == 0 || clock.Load() != d.mark {
+		d.mark = clock.Add(1)
+	}
+	t := qturn{stamp: d.mark}
+	if m := d.moves; m != nil {
+		m.cut()
+		t.runs, t.moves = m.runs, m.n
+	}
+	d.turns = append(d.turns, t)
+}
+
+// hit sums a request of size served by cached block b, in t. Its
+// caller lists b's move if b is a split (splitMoves), so that hit and put
+// are small enough to be inlined.
+func (t *qturn) hit(b *block, size int64) {
+	t.allocation.add(1)
+	t.allocated.add(b.Size)
+	t.requested.add(size)
+}
+
+// put sums block b, of a request of size, given back into the cache, in
+// t. Its caller lists b's move if b is a split.
+func (t *qturn) put(b *block, size int64) {
+	t.allocation.sub(1)
+	t.allocated.sub(b.Size)
+	t.requested.sub(size)
+}
+
+// reset empties d, once the ledger has it.
+func (d *qdelta) reset() {
+	d.turns, d.n, d.cursor = d.turns[:0], 0, 0
+	if d.moves != nil {
+		d.moves.reset()
+	}
+}
+
+// flushTurn brings in turn i of queue r's cache (d): the same counts,
+// peaks included, as its operations would have made one by one. The
+// policy has not changed since the last sync (the pool syncs before it
+// lets go of p.mu), so flushTurn brings the held blocks and the inactive
+// splits up to date itself, as sync would. The moves of d must be cut
+// (splitMoves.cut).
+func (l *ledger) flushTurn(d *qdelta, i int, r *qstate) {
+	t := &d.turns[i]
+	hits := t.allocation.added
+	cached := t.allocation.freed - hits // blocks into the cache, less those out
+	l.s.Hits += hits
+	if r.id != 0 {
+		q := &l.s.Queues[r.id-1]
+		q.Requests += hits
+		q.Hits += hits
+		q.Cached += cached
+	}
+	l.s.Allocation.apply(t.allocation)
+	l.s.AllocatedBytes.apply(t.allocated)
+	l.s.RequestedBytes.apply(t.requested)
+	l.cached += int(cached)
+	l.cachedBytes -= t.allocated.net()
+	l.s.HeldBlocks += int(cached)
+	l.s.HeldBytes -= t.allocated.net()
+	if m := d.moves; m != nil {
+		end := m.n
+		if i+1 < len(d.turns) {
+			end = d.turns[i+1].moves
+		}
+		l.flushSplits(m, t.runs, t.moves, end)
+	}
+}
 
 // flushIfDue brings r's cache's sums into the ledger once they cover
 // flushOps operations. r.c.mu must be held. It is small enough to be
@@ -14,28 +141,78 @@ func (p *Pool) flushIfDue(r *qstate) {
 	}
 }
 
-// flushCache brings r's cache's sums into the ledger: it takes p.mu for
-// flushCacheLocked. r.c.mu must be held.
+// flushCache takes p.mu for flushLocked(r). r.c.mu must be held.
 func (p *Pool) flushCache(r *qstate) {
 	p.lock()
-	p.flushCacheLocked(r)
+	p.flushLocked(r)
 	p.mu.Unlock()
 }
 
-// flushCacheLocked brings r's cache's sums into the ledger. p.mu must be
-// held, and r.c.mu too (taken before p.mu: see the lock order above).
-func (p *Pool) flushCacheLocked(r *qstate) {
-	if r.c.d.ops() == 0 {
+// flushLocked brings into the ledger the sums of r's cache (nil: none),
+// whose lock the caller holds, and of every other cache whose lock is
+// free: their operations came before the one p.mu is taken for (a cache
+// whose lock is held is in the middle of one, which runs concurrently
+// with it). p.mu must be held. It only tries the other caches' locks,
+// which never waits: the lock order (c.mu, then p.mu) cannot deadlock.
+func (p *Pool) flushLocked(r *qstate) {
+	if p.cacheState.Load() == cachesGone {
 		return
 	}
-	p.l.flush(&r.c.d, r)
-	r.c.d.reset()
+	var buf [8]*qstate
+	cs := buf[:0]
+	if r != nil && r.c.d.ops() > 0 {
+		cs = append(cs, r)
+	}
+	for _, qs := range p.cacheList() {
+		if qs != r && qs.c.ever.Load() && qs.c.mu.TryLock() {
+			if qs.c.d.ops() == 0 {
+				qs.c.mu.Unlock()
+				continue
+			}
+			cs = append(cs, qs)
+		}
+	}
+	p.flushTurnsLocked(cs)
+	for _, qs := range cs {
+		if qs != r {
+			qs.c.mu.Unlock()
+		}
+	}
+}
+
+// flushTurnsLocked brings into the ledger the sums of the caches cs,
+// whose locks are held, turn by turn in the order of their numbers.
+// p.mu must be held.
+func (p *Pool) flushTurnsLocked(cs []*qstate) {
+	for _, qs := range cs {
+		if m := qs.c.d.moves; m != nil {
+			m.cut()
+		}
+	}
+	for { // each pass brings in one turn: at most as many passes as turns
+		var pick *qdelta
+		var from *qstate
+		for _, qs := range cs {
+			d := &qs.c.d
+			if d.cursor < len(d.turns) && (pick == nil || d.turns[d.cursor].stamp < pick.turns[pick.cursor].stamp) {
+				pick, from = d, qs
+			}
+		}
+		if pick == nil {
+			break
+		}
+		p.l.flushTurn(pick, pick.cursor, from)
+		pick.cursor++
+	}
+	for _, qs := range cs {
+		qs.c.d.reset()
+	}
 }
 
 // lockFlushed takes p.mu for an operation on queue r (p.host: none),
-// with r's cache's sums in the ledger first, so that the ledger sees the
-// queue's operations in order, and lets go of r's cache's lock. If
-// locked, the caller holds that lock already (allocateCached's miss);
+// with the caches' sums in the ledger first (flushLocked), so that the
+// ledger sees the operations in order, and lets go of r's cache's lock.
+// If locked, the caller holds that lock already (allocateCached's miss);
 // else lockFlushed takes it. Once caching is off, the caches were
 // drained (see StopHolding) and there is nothing to bring in (a cache's
 // lock held keeps caching from going off: StopHolding drains that cache
@@ -49,28 +226,8 @@ func (p *Pool) lockFlushed(r *qstate, locked bool) {
 		r.c.mu.Lock()
 	}
 	p.lock()
-	p.flushCacheLocked(r)
+	p.flushLocked(r)
 	r.c.mu.Unlock()
-	p.flushIdleCaches(r)
-}
-
-// flushIdleCaches brings in the sums of every queue cache but r's
-// whose lock is free: their operations came before the one p.mu is
-// taken for (a cache whose lock is held is in the middle of one, which
-// runs concurrently with it). So a goroutine that closes a buffer on one
-// queue, then allocates on another, finds the peaks as if counted in
-// that order. p.mu must be held. It only tries each cache's lock, which
-// never waits: the lock order (c.mu, then p.mu) cannot deadlock.
-func (p *Pool) flushIdleCaches(r *qstate) {
-	if p.cacheState.Load() == cachesGone {
-		return
-	}
-	for _, qs := range p.cacheList() {
-		if qs != r && qs.c.ever.Load() && qs.c.mu.TryLock() {
-			p.flushCacheLocked(qs)
-			qs.c.mu.Unlock()
-		}
-	}
 }
 
 // cacheList returns every queue cache: p.host's and each queue's. It

@@ -56,7 +56,7 @@ func (p *Pool) give(pb *PooledBuffer, hooks hookList, record bool) error {
 		// before r's cache's lock is let go, brings in r's sums and
 		// takes the block back.
 		p.lock()
-		p.flushCacheLocked(r) // the ledger sees r's operations in order
+		p.flushLocked(r) // the ledger sees the operations in order
 		r.c.mu.Unlock()
 		return p.takeBackThenUnlock(pb, size, record)
 	}
@@ -83,6 +83,7 @@ func (p *Pool) giveBack(pb *PooledBuffer, size int64, hooks hookList, record boo
 		after = pb.event(FreeAfter, b) // before the core: an arena may merge b away
 	}
 	p.lock()
+	p.flushLocked(nil)
 	err := p.takeBackThenUnlock(pb, size, record)
 	if hooks != nil {
 		after.Err = err
@@ -97,7 +98,6 @@ func (p *Pool) giveBack(pb *PooledBuffer, size int64, hooks hookList, record boo
 // under p.mu, which must be held, lets go of it, and frees what the core
 // gave up.
 func (p *Pool) takeBackThenUnlock(pb *PooledBuffer, size int64, record bool) error {
-	p.flushIdleCaches(pb.q) // pb.q's: flushed in give
 	if p.dropSafety {
 		runtime.SetFinalizer(pb, nil) // under p.mu: see core.handOut
 	}

@@ -32,9 +32,8 @@ import (
 // change of the policy. A hit or a put of a queue's cache stays off
 // p.mu: the cache lists its split blocks' moves under its own lock
 // (splitMoves), and the ledger replays them when it flushes the cache
-// (flushSplits). Across queues used by goroutines at once, the peaks can
-// be off by what one cache moved since its last flush, as its other
-// sums' (see qcache.go and flushIdleCaches).
+// (flushSplits), turn by turn in the order they were made, as its other
+// sums (see qflush.go).
 
 // moveOut counts n split blocks like b handed out (n < 0: given back, to
 // the policy or the quarantine). Other blocks are not counted, nor those
@@ -162,6 +161,17 @@ func (m *splitMoves) add(seg *segment, size int32) {
 	m.n++
 }
 
+// cut ends the moves of a turn (qturn): the undoing move held back is
+// listed, and the next move begins a run, so that no round trip spans two
+// turns.
+func (m *splitMoves) cut() {
+	if m.back {
+		m.add(m.seg, -m.moves[m.n-1].size)
+		m.back = false
+	}
+	m.seg, m.next = nil, 0
+}
+
 // reset empties m, once the ledger has it.
 func (m *splitMoves) reset() {
 	clear(m.segs[:m.runs])
@@ -197,28 +207,25 @@ func (s *segMoves) move(size int64) (blocks, bytes int64) {
 // others returns the segment's blocks but one.
 func (s *segMoves) others() int64 { return int64(s.seg.BlockCount() - 1) }
 
-// flushSplits brings in the split blocks a queue's cache moved (m), in
+// flushSplits brings in the split blocks a queue's cache moved in one
+// turn, m's moves from k to end (the first of them begins run r), in
 // their order, with the highest the running counts reached, as if one by
-// one. Most moves change the inactive splits by their block alone; only
+// one. m must be cut (a turn's moves are whole runs). Most moves change the inactive splits by their block alone; only
 // where a segment goes idle or busy does a move change them by the
 // segment's other blocks, and then its run of moves is replayed one by
 // one (segMoves.move). A segment's blocks are counted as they are now:
 // only the pool changes them, under p.mu, and the queue's own operations
 // that take p.mu flush its cache first. So the counts come out as sync
 // would make them: the policy has not changed since the last sync.
-func (l *ledger) flushSplits(m *splitMoves) {
-	if m.back { // the undoing move held back, a move as any other
-		m.add(m.seg, -m.moves[m.n-1].size)
-		m.back = false
-	}
+func (l *ledger) flushSplits(m *splitMoves, r, k, end int) {
 	var blocks, bytes statDelta
 	var moved int64 // bytes into the cache, less out of it
-	for k, r := 0, 0; k < m.n; r++ {
+	for ; k < end; r++ {
 		seg := m.segs[r]
 		i := seg
 		var rb, rby statDelta // the run's
 		out, low, from := i.Out, i.Out, k
-		for ; k < m.n && (k == from || !m.moves[k].first); k++ {
+		for ; k < end && (k == from || !m.moves[k].first); k++ {
 			mv := m.moves[k]
 			size, trips := int64(mv.size), int64(mv.trips)
 			one := 1 | size>>63 // 1 into the cache, -1 out of it
