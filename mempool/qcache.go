@@ -58,6 +58,8 @@ const (
 	cacheBlocks   = 16                  // blocks a queue's cache holds
 	cacheMaxBlock = policy.SmallRequest // the largest block it holds
 	flushOps      = 64                  // operations summed before they go to the ledger
+	maxTurns      = 8                   // turns summed before they go to the ledger, if they can (qflush.go)
+	joinFlushes   = 16                  // flushes for which a cache that found another in use joins its last turn
 	cacheShare    = 16                  // an arena's queue cache holds at most 1/cacheShare of the managed bytes
 	bigSegment    = 8                   // and, apart, blocks that cover segments of at least 1/bigSegment of them,
 	bigShare      = 2                   // up to 1/bigShare of them
@@ -172,7 +174,10 @@ func (p *Pool) allocateCached(size int64, r *qstate, pb *PooledBuffer) (got *Poo
 	}
 	*pb = PooledBuffer{pool: p, blk: b, size: size, q: r}
 	b.Requested, b.Owner = size, uint64(uintptr(unsafe.Pointer(pb))) // b.Queue is r already
-	c.d.enter(&p.clock).hit(b, size)
+	if c.d.due(&p.clock) {
+		p.beginTurn(r)
+	}
+	c.d.hit(b, size)
 	if b.Split && !c.d.moves.trip(b.Seg, -b.Size) {
 		c.d.moves.list(b.Seg, -b.Size)
 	}
@@ -239,7 +244,10 @@ func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 	}
 	c.blocks = append(c.blocks, cb)
 	c.count(cb, b.Size)
-	c.d.enter(&p.clock).put(b, size)
+	if c.d.due(&p.clock) {
+		p.beginTurn(r)
+	}
+	c.d.put(b, size)
 	if b.Split && !c.d.moves.trip(b.Seg, b.Size) {
 		c.d.moves.list(b.Seg, b.Size)
 	}

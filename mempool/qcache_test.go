@@ -296,3 +296,46 @@ func TestQueueCachesCountInTheOrderOfTheirTurns(t *testing.T) {
 		})
 	}
 }
+
+// One goroutine on three queues of one pool keeps 8 buffers open: it
+// closes one on one queue, then allocates one on another, many more
+// times than a cache keeps turns between two flushes (maxTurns), with
+// every block from a cache but the first 8. Applied out of order, a
+// cache's allocations came before another's Closes, and the peak passed
+// 8.
+func TestQueueCachesPeaksOfOneGoroutineOnThreeQueues(t *testing.T) {
+	for _, pol := range policies[2:4] {
+		t.Run(pol.name, func(t *testing.T) {
+			f := newFixture(t, nil, pol.opts...)
+			ons := []*mempool.QueueAllocator{f.pool.On(f.q), f.pool.On(cltest.SecondQueue(t, f.q, 0)), f.pool.On(cltest.SecondQueue(t, f.q, 0))}
+			rng := rand.New(rand.NewPCG(7, 31))
+			type held struct {
+				b  *mempool.PooledBuffer
+				on int
+			}
+			var open []held
+			alloc := func(on int) {
+				b, err := ons[on].Allocate(4096)
+				require.NoError(t, err)
+				open = append(open, held{b, on})
+			}
+			for i := range 8 {
+				alloc(i % len(ons))
+			}
+			for range 2000 {
+				i := rng.IntN(len(open))
+				h := open[i]
+				require.NoError(t, h.b.Close())
+				open = append(open[:i], open[i+1:]...)
+				alloc((h.on + 1 + rng.IntN(len(ons)-1)) % len(ons)) // another queue
+			}
+			s := f.pool.Stats()
+			assert.Equal(t, int64(8), s.Allocation.All.Peak, "buffers open at once")
+			assert.Equal(t, int64(8*4096), s.RequestedBytes.All.Peak, "bytes asked for at once")
+			assert.Less(t, s.Misses, int64(100), "most requests served by a queue's cache")
+			for _, h := range open {
+				require.NoError(t, h.b.Close())
+			}
+		})
+	}
+}

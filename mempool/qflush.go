@@ -8,16 +8,26 @@ import "sync/atomic"
 // A cache sums its operations in turns: a turn is the operations it made
 // with no other cache's in between. The pool's clock (Pool.clock) numbers
 // the turns: a cache that finds the clock where its own last turn left it
-// goes on with that turn; else it starts a new one, and moves the clock
-// on. So turns of one goroutine's operations on several queues come in
-// the order it made them, and the ledger, bringing in every cache not in
-// use at once (flushLocked), applies them by their numbers: the same
-// counts, peaks included, as the operations one by one. On one queue the
-// clock is only read. A cache's sums come in every flushOps operations,
-// before any operation of its queue that takes p.mu, and before Stats;
-// those of every other cache not in use come in with them. Only the sums
-// of a cache in use at that moment by another goroutine, which runs
-// concurrently, may come in after newer turns.
+// goes on with that turn; else it begins a new one, and moves the clock
+// on. So the turns of one goroutine's operations on several queues are
+// numbered in the order it made them, and the ledger, bringing in every
+// cache not in use at once (flushLocked), applies them by their numbers:
+// the same counts, peaks included, as the operations one by one. On one
+// queue the clock is only read.
+//
+// A cache's sums come in every flushOps operations, before any operation
+// of its queue that takes p.mu, and before Stats; those of every other
+// cache not in use come in with them. A cache begins at most maxTurns
+// turns between two flushes: at the next, it brings in its sums and
+// those of the other caches then, if p.mu and their locks are free. If
+// one is not, goroutines run on several queues at once, whose operations
+// have no order: for its next joinFlushes flushes, the cache's operations
+// join its last turn, and its flushes try no other cache's lock, so that
+// goroutines on queues of their own do not take, at every operation, the
+// cache lines of the clock and of each other's locks (moving the clock
+// at every operation made them 1.7x slower). Only then, and for the sums
+// of a cache in use by another goroutine at a flush, can a peak across
+// queues be off, by what one cache moved since its last flush.
 
 // qdelta is a queue cache's operations not yet in the ledger, in turns.
 // The cache's blocks are all small (cacheMaxBlock), so only the small
@@ -25,9 +35,14 @@ import "sync/atomic"
 // (moves): whether each one changes the inactive splits by itself or with
 // its segment's other blocks, only the ledger can tell.
 type qdelta struct {
-	turns []qturn // oldest first; a cache's first operation after a flush starts one
-	mark  uint64  // the clock when the last turn began: its number
-	n     int64   // the operations summed
+	turns [maxTurns]qturn // oldest first: turns[:nt]; a cache's first operation after a flush begins one
+	nt    int
+	cur   *qturn // turns[nt-1], nil if none
+	mark  uint64 // the clock when the last turn began: its number
+	n     int64  // the operations summed
+	// joined counts the flushes for which the cache's operations join
+	// its last turn (0: none): another cache was in use (see beginTurn).
+	joined int
 	// cursor is the next turn flushTurnsLocked brings in.
 	cursor int
 	moves  *splitMoves // nil where no block is a split (exact bins)
@@ -47,45 +62,71 @@ type qturn struct {
 // ops returns how many operations d sums.
 func (d *qdelta) ops() int64 { return d.n }
 
-// enter counts one more operation, in the current turn, or in a new one
-// if the cache has none or another cache began one since (clock moved).
-// It is small enough to be inlined: on one queue, it reads the clock.
-func (d *qdelta) enter(clock *atomic.Uint64) *qturn {
-	d.n++
-	if len(d.turns) == 0 || clock.Load() != d.mark {
-		d.begin(clock)
-	}
-	return &d.turns[len(d.turns)-1]
+// due reports whether the cache's next operation begins a turn: it has
+// none, or another cache began one since its last (the clock moved), and
+// it has not joined its last turn (see beginTurn). Small enough to be
+// inlined: on one queue, it reads the clock.
+func (d *qdelta) due(clock *atomic.Uint64) bool {
+	return d.cur == nil || d.joined == 0 && clock.Load() != d.mark
 }
 
-// begin starts a turn. It moves the clock on, unless no other cache
-// began a turn since this one's last (then the cache's turns were
-// flushed, and the number is still its own; 0 is none's). A round trip
-// of a split block (splitMoves.trip) does not span two turns.
-func (d *qdelta) begin(clock *atomic.Uint64) {
-	if d.mark == 0 || clock.Load() != d.mark {
-		d.mark = clock.Add(1)
+// beginTurn begins a turn of r's cache, when one is due (see due). Its
+// number moves the clock on, unless no other cache began a turn since
+// this one's last (then the cache's turns were flushed, and the number is
+// still its own; 0 is none's), or the cache joins its turns. After
+// maxTurns turns, it brings in the caches' sums first, under p.mu if that
+// is free; if p.mu, or another cache's lock, is not, the cache joins its
+// turns for the next joinFlushes flushes (see above). A round trip of a
+// split block (splitMoves.trip) does not span two turns. r.c.mu must be
+// held; p.mu is only tried.
+func (p *Pool) beginTurn(r *qstate) {
+	d := &r.c.d
+	all := true
+	if d.nt == maxTurns {
+		if !p.mu.TryLock() {
+			d.joined = joinFlushes
+			return
+		}
+		if p.locks != nil {
+			p.locks.Add(1)
+		}
+		all = p.flushLocked(r) // d is empty now
+		p.mu.Unlock()
+	}
+	if d.mark == 0 || d.joined == 0 && p.clock.Load() != d.mark {
+		d.mark = p.clock.Add(1)
 	}
 	t := qturn{stamp: d.mark}
 	if m := d.moves; m != nil {
 		m.cut()
 		t.runs, t.moves = m.runs, m.n
 	}
-	d.turns = append(d.turns, t)
+	d.turns[d.nt] = t
+	d.cur = &d.turns[d.nt]
+	d.nt++
+	if !all {
+		d.joined = joinFlushes
+	}
 }
 
-// hit sums a request of size served by cached block b, in t. Its
-// caller lists b's move if b is a split (splitMoves), so that hit and put
-// are small enough to be inlined.
-func (t *qturn) hit(b *block, size int64) {
+// hit sums a request of size served by cached block b, in the current
+// turn. Its caller begins a turn first if one is due, and lists b's move
+// if b is a split (splitMoves), so that hit and put are small enough to
+// be inlined.
+func (d *qdelta) hit(b *block, size int64) {
+	d.n++
+	t := d.cur
 	t.allocation.add(1)
 	t.allocated.add(b.Size)
 	t.requested.add(size)
 }
 
 // put sums block b, of a request of size, given back into the cache, in
-// t. Its caller lists b's move if b is a split.
-func (t *qturn) put(b *block, size int64) {
+// the current turn. Its caller begins a turn first if one is due, and
+// lists b's move if b is a split.
+func (d *qdelta) put(b *block, size int64) {
+	d.n++
+	t := d.cur
 	t.allocation.sub(1)
 	t.allocated.sub(b.Size)
 	t.requested.sub(size)
@@ -93,7 +134,8 @@ func (t *qturn) put(b *block, size int64) {
 
 // reset empties d, once the ledger has it.
 func (d *qdelta) reset() {
-	d.turns, d.n, d.cursor = d.turns[:0], 0, 0
+	d.nt, d.n, d.cursor, d.cur = 0, 0, 0, nil
+	d.joined = max(d.joined-1, 0)
 	if d.moves != nil {
 		d.moves.reset()
 	}
@@ -125,7 +167,7 @@ func (l *ledger) flushTurn(d *qdelta, i int, r *qstate) {
 	l.s.HeldBytes -= t.allocated.net()
 	if m := d.moves; m != nil {
 		end := m.n
-		if i+1 < len(d.turns) {
+		if i+1 < d.nt {
 			end = d.turns[i+1].moves
 		}
 		l.flushSplits(m, t.runs, t.moves, end)
@@ -152,25 +194,40 @@ func (p *Pool) flushCache(r *qstate) {
 // whose lock the caller holds, and of every other cache whose lock is
 // free: their operations came before the one p.mu is taken for (a cache
 // whose lock is held is in the middle of one, which runs concurrently
-// with it). p.mu must be held. It only tries the other caches' locks,
-// which never waits: the lock order (c.mu, then p.mu) cannot deadlock.
-func (p *Pool) flushLocked(r *qstate) {
+// with it). It reports whether it brought in every cache that had sums.
+// p.mu must be held. It only tries the other caches' locks, which never
+// waits: the lock order (c.mu, then p.mu) cannot deadlock.
+func (p *Pool) flushLocked(r *qstate) (all bool) {
 	if p.cacheState.Load() == cachesGone {
-		return
+		return true
 	}
 	var buf [8]*qstate
 	cs := buf[:0]
 	if r != nil && r.c.d.ops() > 0 {
 		cs = append(cs, r)
 	}
+	all = true
+	if r != nil && r.c.d.joined > 0 {
+		// r found another cache in use: goroutines run on several
+		// queues at once, and their operations have no order to keep.
+		// Their caches' locks are not tried: each try takes a cache line
+		// the other goroutine writes.
+		p.flushTurnsLocked(cs)
+		return false
+	}
 	for _, qs := range p.cacheList() {
-		if qs != r && qs.c.ever.Load() && qs.c.mu.TryLock() {
-			if qs.c.d.ops() == 0 {
-				qs.c.mu.Unlock()
-				continue
-			}
-			cs = append(cs, qs)
+		if qs == r || !qs.c.ever.Load() {
+			continue
 		}
+		if !qs.c.mu.TryLock() {
+			all = false // in use: it may have sums
+			continue
+		}
+		if qs.c.d.ops() == 0 {
+			qs.c.mu.Unlock()
+			continue
+		}
+		cs = append(cs, qs)
 	}
 	p.flushTurnsLocked(cs)
 	for _, qs := range cs {
@@ -178,6 +235,7 @@ func (p *Pool) flushLocked(r *qstate) {
 			qs.c.mu.Unlock()
 		}
 	}
+	return all
 }
 
 // flushTurnsLocked brings into the ledger the sums of the caches cs,
@@ -194,7 +252,7 @@ func (p *Pool) flushTurnsLocked(cs []*qstate) {
 		var from *qstate
 		for _, qs := range cs {
 			d := &qs.c.d
-			if d.cursor < len(d.turns) && (pick == nil || d.turns[d.cursor].stamp < pick.turns[pick.cursor].stamp) {
+			if d.cursor < d.nt && (pick == nil || d.turns[d.cursor].stamp < pick.turns[pick.cursor].stamp) {
 				pick, from = d, qs
 			}
 		}
