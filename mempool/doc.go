@@ -272,10 +272,12 @@
 // not in use at that moment, turn by turn in the order they were made;
 // so only a peak across queues used by goroutines at once can be off, by
 // what one queue's cache moved since).
-// In an arena, a queue's cache holds at most a sixteenth of the pool,
-// and, apart, blocks that each cover a segment of at least an eighth of
-// it, up to half (waiting, they keep nothing from merging; a CG
-// solver's pool of a few one-array segments then hits in its cache).
+// In an arena, a queue's cache holds at most a 128th of the pool (more
+// would keep blocks apart that merged would serve other sizes: at a
+// sixteenth, small pools held up to 1.35x their plan), and, apart,
+// blocks that each cover a segment of at least an eighth of it, up to
+// half (waiting, they keep nothing from merging; a CG solver's pool of a
+// few one-array segments then hits in its cache).
 // A request the pool cannot otherwise serve, FreeHeld and the
 // out-of-memory ladder first give every cached block back to the pool, so
 // memory is still reused across queues. Blocks in a cache count as held;

@@ -9,6 +9,10 @@ import (
 // tests can compare the two and order reuse through the policy itself.
 func WithoutQueueCaches() Option { return func(c *config) { c.noCaches = true } }
 
+// CacheShare is the part of an arena's managed bytes that a queue's
+// cache holds at most (1/CacheShare), but its big blocks.
+const CacheShare = cacheShare
+
 // CountLocks makes p count its lock's acquisitions from now on, in the
 // returned counter. Call it before p is shared.
 func CountLocks(p *Pool) *atomic.Int64 {

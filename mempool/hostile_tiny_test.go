@@ -22,13 +22,13 @@ import (
 
 // FAILS on d880f25. doc.go: "a queue's cache holds at most a sixteenth
 // of the pool, and, apart, blocks that each cover a segment of at least
-// an eighth of it, up to half". putCached's eviction loop does not keep
-// them apart: when a small block takes the cache past its sixteenth, it
-// evicts the oldest blocks whatever their kind, so a big block (which
-// does not count against the sixteenth at all) goes back to the pool
-// first, and the small share is still over, so a small one goes too. A
-// CG solver's cached array is lost to a few small temporaries: the very
-// miss the commit meant to remove.
+// an eighth of it, up to half" (now a 128th: CacheShare). putCached's
+// eviction loop did not keep them apart: when a small block took the
+// cache past its share, it evicted the oldest blocks whatever their
+// kind, so a big block (which does not count against the share at all)
+// went back to the pool first, and the small share was still over, so a
+// small one went too. A CG solver's cached array was lost to a few small
+// temporaries: the very miss the commit meant to remove.
 func TestHostileTinyBigCachedBlockEvictedBySmallShare(t *testing.T) {
 	f := newFixture(t, nil, mempool.WithArena())
 	on := f.pool.On(f.q)
@@ -38,16 +38,20 @@ func TestHostileTinyBigCachedBlockEvictedBySmallShare(t *testing.T) {
 		require.NoError(t, err)
 		arrays = append(arrays, b)
 	}
+	// The small blocks take a segment of their own: their size is of the
+	// share of the pool with it (grown by a twelfth, policy.GrowthDivisor).
+	share := f.pool.Stats().ManagedBytes * 13 / 12 / mempool.CacheShare
+	n := share * 2 / 7 / 512 * 512 // three fit in the share, four do not
 	var small []*mempool.PooledBuffer
 	for range 4 {
-		b, err := on.Allocate(64 << 10)
+		b, err := on.Allocate(n)
 		require.NoError(t, err)
 		small = append(small, b)
 	}
 	s := f.pool.Stats()
-	share := s.ManagedBytes / 16
-	require.Greater(t, int64(4*64<<10), share, "four 64 KiB blocks pass the cache's share")
-	require.LessOrEqual(t, int64(3*64<<10), share, "three do not")
+	share = s.ManagedBytes / mempool.CacheShare
+	require.Greater(t, 4*n, share, "four small blocks pass the cache's share")
+	require.LessOrEqual(t, 3*n, share, "three do not")
 	require.GreaterOrEqual(t, int64(512<<10), s.ManagedBytes/8, "a 512 KiB array's segment is big")
 
 	require.NoError(t, arrays[0].Close()) // big: waits apart

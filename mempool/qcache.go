@@ -60,7 +60,7 @@ const (
 	flushOps      = 64                  // operations summed before they go to the ledger
 	maxTurns      = 8                   // turns summed before they go to the ledger, if they can (qflush.go)
 	joinFlushes   = 16                  // flushes for which a cache that found another in use joins its last turn
-	cacheShare    = 16                  // an arena's queue cache holds at most 1/cacheShare of the managed bytes
+	cacheShare    = 128                 // an arena's queue cache holds at most 1/cacheShare of the managed bytes
 	bigSegment    = 8                   // and, apart, blocks that cover segments of at least 1/bigSegment of them,
 	bigShare      = 2                   // up to 1/bigShare of them
 )

@@ -175,7 +175,7 @@ func TestQueueCacheFreeHeldInAnArena(t *testing.T) {
 	f := newFixture(t, nil, mempool.WithArena(), mempool.WithDropSafety(false))
 	on := f.pool.On(cltest.SecondQueue(t, f.q, 0))
 	var bs []*mempool.PooledBuffer
-	for _, n := range []int64{1000, 5000, 20000} {
+	for _, n := range []int64{500, 1000, 2000} { // within the cache's share of a first segment
 		b, err := on.Allocate(n)
 		require.NoError(t, err)
 		bs = append(bs, b)
