@@ -324,7 +324,10 @@ func (a *Arena[T]) LargestSegment() int64 {
 	return m
 }
 
-// LargestFree returns the size of the largest free block, 0 if none.
+// LargestFree returns the size of the largest free block, 0 if none: a
+// block waiting unmerged counts with its free neighbours, as merging
+// (which any request it does not serve as it is makes first) would make
+// it.
 func (a *Arena[T]) LargestFree() int64 {
 	var m int64
 	for _, s := range a.empty {
@@ -335,7 +338,16 @@ func (a *Arena[T]) LargestFree() int64 {
 			m = max(m, x.tail(c).Size)
 		}
 	}
-	m = max(m, a.quick.largest())
+	for _, b := range a.quick.blocks {
+		run := b.Size
+		for p := b.prev; p != nil && p.free; p = p.prev {
+			run += p.Size
+		}
+		for n := b.next; n != nil && n.free; n = n.next {
+			run += n.Size
+		}
+		m = max(m, run)
+	}
 	return m
 }
 

@@ -440,3 +440,23 @@ func TestArenaTinySegmentsGrow(t *testing.T) {
 	assert.Equal(t, []int64{4 * kib, 4 * kib, 4 * kib, 8 * kib, 12 * kib, 16 * kib, 24 * kib, 36 * kib, 56 * kib, 84 * kib}, sizes)
 	require.NoError(t, p.Check())
 }
+
+// LargestFree is the largest block a request could take: blocks waiting
+// unmerged count as merging would make them. A segment whose blocks all
+// wait, two large ones (DefaultQuickLarge), read as two halves, and the
+// pool's fragmentation and out-of-memory errors (LargestHeldSize) said
+// half of it could serve a request that merging serves whole.
+func TestLargestFreeCountsWaitingBlocksMerged(t *testing.T) {
+	const mib = 1 << 20
+	a := newArena(t)
+	a.SetQuick(policy.DefaultQuick, policy.SmallRequest)
+	s := seg(8 * mib)
+	lo := a.Add(s, 4*mib)
+	hi := a.Get(4 * mib)
+	require.NotNil(t, hi)
+	require.Nil(t, a.Put(lo))
+	require.Nil(t, a.Put(hi), "both halves wait unmerged")
+	require.Equal(t, 2, a.Waiting())
+	assert.Equal(t, int64(8*mib), a.LargestFree(), "merged, the whole segment")
+	require.NoError(t, a.Check())
+}

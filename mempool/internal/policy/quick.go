@@ -92,15 +92,6 @@ func (q *quickLists[T]) pop() *Block[T] {
 	return b
 }
 
-// largest returns the size of the largest waiting block, 0 if none.
-func (q *quickLists[T]) largest() int64 {
-	var m int64
-	for _, b := range q.blocks {
-		m = max(m, b.Size)
-	}
-	return m
-}
-
 // listed reports whether b waits on the list.
 func (q *quickLists[T]) listed(b *Block[T]) bool {
 	for _, x := range q.blocks {
