@@ -270,8 +270,9 @@
 // brought under the pool's lock every few dozen operations, before Stats,
 // and before any operation that takes the pool's lock, for every cache
 // not in use at that moment, turn by turn in the order they were made;
-// so only a peak across queues used by goroutines at once can be off, by
-// what one queue's cache moved since).
+// so only a peak across queues used by goroutines at the same time can
+// be off, while they run at once, by what one queue's cache moved since
+// its last flush).
 // In an arena, a queue's cache holds at most a 128th of the pool (more
 // would keep blocks apart that merged would serve other sizes: at a
 // sixteenth, small pools held up to 1.35x their plan), and, apart,

@@ -39,8 +39,9 @@ type Pool struct {
 	// clock numbers the queue caches' turns (qflush.go). It has cache
 	// lines of its own: with goroutines on several queues, it is written
 	// at each turn.
-	_     [64]byte
-	clock atomic.Uint64
+	_          [64]byte
+	clock      atomic.Uint64
+	inspecting atomic.Int32 // Stats and Snapshot in progress, which hold caches' locks (qflush.go)
 
 	// The fields above are read on every request; mu and the core are
 	// written. The padding keeps them on different cache lines, so that

@@ -58,8 +58,7 @@ const (
 	cacheBlocks   = 16                  // blocks a queue's cache holds
 	cacheMaxBlock = policy.SmallRequest // the largest block it holds
 	flushOps      = 64                  // operations summed before they go to the ledger
-	maxTurns      = 8                   // turns summed before they go to the ledger, if they can (qflush.go)
-	joinFlushes   = 16                  // flushes for which a cache that found another in use joins its last turn
+	maxTurns      = 8                   // turns summed before they go to the ledger (qflush.go)
 	cacheShare    = 128                 // an arena's queue cache holds at most 1/cacheShare of the managed bytes
 	bigSegment    = 8                   // and, apart, blocks that cover segments of at least 1/bigSegment of them,
 	bigShare      = 2                   // up to 1/bigShare of them
@@ -346,6 +345,7 @@ func (p *Pool) evict(r *qstate, at []int) {
 // block (Snapshot); it returns the queues locked and the cached blocks.
 // unlockCaches undoes it.
 func (p *Pool) lockCaches() ([]*qstate, map[*block]bool) {
+	p.inspecting.Add(1)
 	for {
 		qs := p.cacheList()
 		for _, q := range qs {
@@ -365,7 +365,10 @@ func (p *Pool) lockCaches() ([]*qstate, map[*block]bool) {
 			}
 			return qs, cached
 		}
-		p.unlockCaches(qs) // a queue came meanwhile: lock it too
+		p.mu.Unlock() // a queue came meanwhile: lock it too
+		for _, q := range qs {
+			q.c.mu.Unlock()
+		}
 	}
 }
 
@@ -374,4 +377,5 @@ func (p *Pool) unlockCaches(qs []*qstate) {
 	for _, q := range qs {
 		q.c.mu.Unlock()
 	}
+	p.inspecting.Add(-1)
 }

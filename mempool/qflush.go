@@ -18,16 +18,18 @@ import "sync/atomic"
 // A cache's sums come in every flushOps operations, before any operation
 // of its queue that takes p.mu, and before Stats; those of every other
 // cache not in use come in with them. A cache begins at most maxTurns
-// turns between two flushes: at the next, it brings in its sums and
-// those of the other caches then, if p.mu and their locks are free. If
-// one is not, goroutines run on several queues at once, whose operations
-// have no order: for its next joinFlushes flushes, the cache's operations
-// join its last turn, and its flushes try no other cache's lock, so that
-// goroutines on queues of their own do not take, at every operation, the
-// cache lines of the clock and of each other's locks (moving the clock
-// at every operation made them 1.7x slower). Only then, and for the sums
-// of a cache in use by another goroutine at a flush, can a peak across
-// queues be off, by what one cache moved since its last flush.
+// turns between two flushes: at the next, it brings in every cache's sums
+// under p.mu. If another cache's lock is taken then by a queue's
+// operation, goroutines run on several queues at once, whose operations
+// have no order: the cache joins its turns, beginning one a flush,
+// numbered after the clock's last turn without moving it, until it finds
+// no other queue's operation in progress (at the start of a turn, or at a
+// flush). So goroutines on queues of their own do not take, at every
+// operation, the cache line of the clock (moving it at every operation
+// made them 1.7x slower). Only while goroutines run on several queues at
+// once, and for the sums of a cache in use by another goroutine at a
+// flush, can a peak across queues be off, by what one cache moved since
+// its last flush.
 
 // qdelta is a queue cache's operations not yet in the ledger, in turns.
 // The cache's blocks are all small (cacheMaxBlock), so only the small
@@ -40,9 +42,9 @@ type qdelta struct {
 	cur   *qturn // turns[nt-1], nil if none
 	mark  uint64 // the clock when the last turn began: its number
 	n     int64  // the operations summed
-	// joined counts the flushes for which the cache's operations join
-	// its last turn (0: none): another cache was in use (see beginTurn).
-	joined int
+	// joined is set while the cache's turns do not move the clock:
+	// another queue's operation ran at once (see beginTurn).
+	joined bool
 	// cursor is the next turn flushTurnsLocked brings in.
 	cursor int
 	moves  *splitMoves // nil where no block is a split (exact bins)
@@ -55,7 +57,7 @@ type qdelta struct {
 // the hot path adds only what it must.
 type qturn struct {
 	allocation, allocated, requested statDelta // the active blocks, their bytes, the bytes asked for
-	stamp                            uint64    // its number on the pool's clock
+	stamp                            uint64    // its number on the pool's clock, times 2, plus 1 if joined
 	runs, moves                      int       // the split moves listed before it began (splitMoves' runs and n)
 }
 
@@ -63,40 +65,47 @@ type qturn struct {
 func (d *qdelta) ops() int64 { return d.n }
 
 // due reports whether the cache's next operation begins a turn: it has
-// none, or another cache began one since its last (the clock moved), and
-// it has not joined its last turn (see beginTurn). Small enough to be
-// inlined: on one queue, it reads the clock.
+// none, or it has not joined its turns and another cache began one
+// since its last (the clock moved). Small enough to be inlined: on one
+// queue, it reads the clock.
 func (d *qdelta) due(clock *atomic.Uint64) bool {
-	return d.cur == nil || d.joined == 0 && clock.Load() != d.mark
+	return d.cur == nil || !d.joined && clock.Load() != d.mark
 }
 
 // beginTurn begins a turn of r's cache, when one is due (see due). Its
 // number moves the clock on, unless no other cache began a turn since
 // this one's last (then the cache's turns were flushed, and the number is
-// still its own; 0 is none's), or the cache joins its turns. After
-// maxTurns turns, it brings in the caches' sums first, under p.mu if that
-// is free; if p.mu, or another cache's lock, is not, the cache joins its
-// turns for the next joinFlushes flushes (see above). A round trip of a
-// split block (splitMoves.trip) does not span two turns. r.c.mu must be
-// held; p.mu is only tried.
+// still its own; 0 is none's). After maxTurns turns, it brings in the
+// caches' sums first, under p.mu. If another cache's lock is taken then
+// by a queue's operation (not by Stats or Snapshot), goroutines run on
+// several queues at once: the cache joins its turns. Until, at the start
+// of a later turn, no other queue's operation is in progress, it begins
+// one turn a flush, numbered after the clock's last without moving it. A
+// round trip of a split block (splitMoves.trip) does not span two turns.
+// r.c.mu must be held.
 func (p *Pool) beginTurn(r *qstate) {
 	d := &r.c.d
-	all := true
+	if d.joined && !p.othersBusy(r) {
+		d.joined = false
+	}
 	if d.nt == maxTurns {
-		if !p.mu.TryLock() {
-			d.joined = joinFlushes
-			return
-		}
-		if p.locks != nil {
-			p.locks.Add(1)
-		}
-		all = p.flushLocked(r) // d is empty now
+		p.lock()
+		d.joined = !p.flushLocked(r) // d is empty now
 		p.mu.Unlock()
 	}
-	if d.mark == 0 || d.joined == 0 && p.clock.Load() != d.mark {
+	var t qturn
+	switch now := p.clock.Load(); {
+	case d.joined:
+		// After the turn whose number the clock holds. The cache's next
+		// turn out of the mode moves the clock (mark 0): another cache
+		// may go on with that turn meanwhile.
+		t.stamp, d.mark = now<<1|1, 0
+	case d.mark == 0 || now != d.mark:
 		d.mark = p.clock.Add(1)
+		t.stamp = d.mark << 1
+	default:
+		t.stamp = d.mark << 1
 	}
-	t := qturn{stamp: d.mark}
 	if m := d.moves; m != nil {
 		m.cut()
 		t.runs, t.moves = m.runs, m.n
@@ -104,9 +113,22 @@ func (p *Pool) beginTurn(r *qstate) {
 	d.turns[d.nt] = t
 	d.cur = &d.turns[d.nt]
 	d.nt++
-	if !all {
-		d.joined = joinFlushes
+}
+
+// othersBusy reports whether a queue's operation is in progress on a
+// cache other than r's: its lock taken, and not by Stats or Snapshot. It
+// only tries the locks.
+func (p *Pool) othersBusy(r *qstate) bool {
+	for _, qs := range p.cacheList() {
+		if qs == r || !qs.c.ever.Load() {
+			continue
+		}
+		if !qs.c.mu.TryLock() {
+			return p.inspecting.Load() == 0
+		}
+		qs.c.mu.Unlock()
 	}
+	return false
 }
 
 // hit sums a request of size served by cached block b, in the current
@@ -135,7 +157,6 @@ func (d *qdelta) put(b *block, size int64) {
 // reset empties d, once the ledger has it.
 func (d *qdelta) reset() {
 	d.nt, d.n, d.cursor, d.cur = 0, 0, 0, nil
-	d.joined = max(d.joined-1, 0)
 	if d.moves != nil {
 		d.moves.reset()
 	}
@@ -194,9 +215,11 @@ func (p *Pool) flushCache(r *qstate) {
 // whose lock the caller holds, and of every other cache whose lock is
 // free: their operations came before the one p.mu is taken for (a cache
 // whose lock is held is in the middle of one, which runs concurrently
-// with it). It reports whether it brought in every cache that had sums.
-// p.mu must be held. It only tries the other caches' locks, which never
-// waits: the lock order (c.mu, then p.mu) cannot deadlock.
+// with it). It reports whether it brought in every cache but those whose
+// locks Stats or Snapshot hold: false if a queue's operation may be in
+// progress on another goroutine. p.mu must be held. It only tries the
+// other caches' locks, which never waits: the lock order (c.mu, then
+// p.mu) cannot deadlock.
 func (p *Pool) flushLocked(r *qstate) (all bool) {
 	if p.cacheState.Load() == cachesGone {
 		return true
@@ -206,21 +229,13 @@ func (p *Pool) flushLocked(r *qstate) (all bool) {
 	if r != nil && r.c.d.ops() > 0 {
 		cs = append(cs, r)
 	}
-	all = true
-	if r != nil && r.c.d.joined > 0 {
-		// r found another cache in use: goroutines run on several
-		// queues at once, and their operations have no order to keep.
-		// Their caches' locks are not tried: each try takes a cache line
-		// the other goroutine writes.
-		p.flushTurnsLocked(cs)
-		return false
-	}
+	var busy bool
 	for _, qs := range p.cacheList() {
 		if qs == r || !qs.c.ever.Load() {
 			continue
 		}
 		if !qs.c.mu.TryLock() {
-			all = false // in use: it may have sums
+			busy = true // in use: it may have sums
 			continue
 		}
 		if qs.c.d.ops() == 0 {
@@ -234,6 +249,11 @@ func (p *Pool) flushLocked(r *qstate) (all bool) {
 		if qs != r {
 			qs.c.mu.Unlock()
 		}
+	}
+	// A cache's lock held by Stats or Snapshot is no queue's operation.
+	all = !busy || p.inspecting.Load() > 0
+	if r != nil && all {
+		r.c.d.joined = false // no other queue's operation in progress
 	}
 	return all
 }
@@ -294,6 +314,8 @@ func (p *Pool) cacheList() []*qstate { return *p.caches.Load() }
 
 // flushAll brings every queue's cache's sums into the ledger.
 func (p *Pool) flushAll() {
+	p.inspecting.Add(1)
+	defer p.inspecting.Add(-1)
 	for _, qs := range p.cacheList() {
 		p.lockFlushed(qs, false)
 		p.mu.Unlock()
