@@ -59,6 +59,7 @@ const (
 	cacheMaxBlock = policy.SmallRequest // the largest block it holds
 	flushOps      = 64                  // operations summed before they go to the ledger
 	maxTurns      = 8                   // turns summed before they go to the ledger (qflush.go)
+	lockTries     = 64                  // tries of every cache's lock under p.mu before lockCaches waits for them
 	cacheShare    = 128                 // an arena's queue cache holds at most 1/cacheShare of the managed bytes
 	bigSegment    = 8                   // and, apart, blocks that cover segments of at least 1/bigSegment of them,
 	bigShare      = 2                   // up to 1/bigShare of them
@@ -342,33 +343,55 @@ func (p *Pool) evict(r *qstate, at []int) {
 }
 
 // lockCaches locks every queue's cache, then p.mu, for a look at every
-// block (Snapshot); it returns the queues locked and the cached blocks.
-// unlockCaches undoes it.
+// block (Snapshot, Stats); it returns the queues locked and the cached
+// blocks. unlockCaches undoes it. It first tries, under p.mu, every
+// cache's lock, and lets go and tries again while one is in use (at most
+// lockTries times): so it holds no cache's lock while it waits for p.mu,
+// and a queue's flush meanwhile finds none held for it (see flushAll).
+// Then it waits for each cache's lock, and p.mu, in the lock order.
 func (p *Pool) lockCaches() ([]*qstate, map[*block]bool) {
 	p.inspecting.Add(1)
-	for {
+	for try := 0; ; try++ {
 		qs := p.cacheList()
-		for _, q := range qs {
-			q.c.mu.Lock()
-		}
-		p.lock()
-		if len(p.cacheList()) == len(qs) {
-			p.flushTurnsLocked(qs)
-			cached := map[*block]bool{}
-			for _, q := range qs {
-				for _, cb := range q.c.blocks {
-					cached[cb.block] = true
+		if try < lockTries {
+			p.lock()
+			qs = p.cacheList() // not replaced while p.mu is held
+			n := 0
+			for n < len(qs) && qs[n].c.mu.TryLock() {
+				n++
+			}
+			if n < len(qs) {
+				p.mu.Unlock()
+				for _, q := range qs[:n] {
+					q.c.mu.Unlock()
 				}
+				runtime.Gosched() // let the queue's operation end
+				continue
 			}
-			if p.san != nil {
-				p.san.quarantined(cached) // held, and not in the policy either
+		} else {
+			for _, q := range qs {
+				q.c.mu.Lock()
 			}
-			return qs, cached
+			p.lock()
+			if len(p.cacheList()) != len(qs) {
+				p.mu.Unlock() // a queue came meanwhile: lock it too
+				for _, q := range qs {
+					q.c.mu.Unlock()
+				}
+				continue
+			}
 		}
-		p.mu.Unlock() // a queue came meanwhile: lock it too
+		p.flushTurnsLocked(qs)
+		cached := map[*block]bool{}
 		for _, q := range qs {
-			q.c.mu.Unlock()
+			for _, cb := range q.c.blocks {
+				cached[cb.block] = true
+			}
 		}
+		if p.san != nil {
+			p.san.quarantined(cached) // held, and not in the policy either
+		}
+		return qs, cached
 	}
 }
 

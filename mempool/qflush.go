@@ -17,19 +17,17 @@ import "sync/atomic"
 //
 // A cache's sums come in every flushOps operations, before any operation
 // of its queue that takes p.mu, and before Stats; those of every other
-// cache not in use come in with them. A cache begins at most maxTurns
-// turns between two flushes: at the next, it brings in every cache's sums
-// under p.mu. If another cache's lock is taken then by a queue's
-// operation, goroutines run on several queues at once, whose operations
-// have no order: the cache joins its turns, beginning one a flush,
-// numbered after the clock's last turn without moving it, until it finds
-// no other queue's operation in progress (at the start of a turn, or at a
-// flush). So goroutines on queues of their own do not take, at every
-// operation, the cache line of the clock (moving it at every operation
-// made them 1.7x slower). Only while goroutines run on several queues at
-// once, and for the sums of a cache in use by another goroutine at a
-// flush, can a peak across queues be off, by what one cache moved since
-// its last flush.
+// cache not in use come in with them, and after maxTurns turns, those of
+// every cache, under p.mu. When a cache begins a turn and finds another
+// cache's lock taken by a queue's operation, goroutines run on several
+// queues at once, whose operations have no order: the cache joins its
+// turns, numbered after the clock's last turn without moving it, until a
+// turn or a flush finds no other queue's operation in progress. So
+// goroutines on queues of their own do not take, at every operation, the
+// cache line of the clock (moving it at every operation made them 1.7x
+// slower). Only while goroutines run on several queues at once, and for
+// the sums of a cache in use by another goroutine at a flush, can a peak
+// across queues be off, by what one cache moved since its last flush.
 
 // qdelta is a queue cache's operations not yet in the ledger, in turns.
 // The cache's blocks are all small (cacheMaxBlock), so only the small
@@ -65,28 +63,39 @@ type qturn struct {
 func (d *qdelta) ops() int64 { return d.n }
 
 // due reports whether the cache's next operation begins a turn: it has
-// none, or it has not joined its turns and another cache began one
-// since its last (the clock moved). Small enough to be inlined: on one
-// queue, it reads the clock.
+// none, or another cache began one since its last (the clock moved).
+// Small enough to be inlined: on one queue, it reads the clock.
 func (d *qdelta) due(clock *atomic.Uint64) bool {
-	return d.cur == nil || !d.joined && clock.Load() != d.mark
+	return d.cur == nil || clock.Load() != d.mark
 }
+
+// leave ends the joined mode: the cache's next turn moves the clock
+// (mark 0), as another cache may have gone on with the turn whose number
+// the clock held.
+func (d *qdelta) leave() { d.joined, d.mark = false, 0 }
 
 // beginTurn begins a turn of r's cache, when one is due (see due). Its
 // number moves the clock on, unless no other cache began a turn since
 // this one's last (then the cache's turns were flushed, and the number is
-// still its own; 0 is none's). After maxTurns turns, it brings in the
-// caches' sums first, under p.mu. If another cache's lock is taken then
-// by a queue's operation (not by Stats or Snapshot), goroutines run on
-// several queues at once: the cache joins its turns. Until, at the start
-// of a later turn, no other queue's operation is in progress, it begins
-// one turn a flush, numbered after the clock's last without moving it. A
-// round trip of a split block (splitMoves.trip) does not span two turns.
-// r.c.mu must be held.
+// still its own; 0 is none's). First, but at the cache's first turn, it
+// tries the other caches' locks (othersBusy): if one is taken by a
+// queue's operation (not by Stats or Snapshot), goroutines run on several
+// queues at once, and the cache joins its turns: they are numbered after
+// the clock's last turn without moving it, and it begins one only when
+// another cache moved the clock. It leaves the mode at a turn, or a
+// flush, that finds no other queue's operation in progress; its next turn
+// then moves the clock. After maxTurns turns, it brings in every cache's
+// sums under p.mu. A round trip of a split block (splitMoves.trip) does
+// not span two turns. r.c.mu must be held.
 func (p *Pool) beginTurn(r *qstate) {
 	d := &r.c.d
-	if d.joined && !p.othersBusy(r) {
-		d.joined = false
+	if d.mark != 0 || d.joined { // not the cache's first turn
+		switch busy := p.othersBusy(r); {
+		case d.joined && !busy:
+			d.leave()
+		case !d.joined && busy:
+			d.joined = true
+		}
 	}
 	if d.nt == maxTurns {
 		p.lock()
@@ -96,10 +105,9 @@ func (p *Pool) beginTurn(r *qstate) {
 	var t qturn
 	switch now := p.clock.Load(); {
 	case d.joined:
-		// After the turn whose number the clock holds. The cache's next
-		// turn out of the mode moves the clock (mark 0): another cache
-		// may go on with that turn meanwhile.
-		t.stamp, d.mark = now<<1|1, 0
+		// After the turn whose number the clock holds: the cache begins
+		// another when the clock moves again (see due).
+		t.stamp, d.mark = now<<1|1, now
 	case d.mark == 0 || now != d.mark:
 		d.mark = p.clock.Add(1)
 		t.stamp = d.mark << 1
@@ -124,7 +132,10 @@ func (p *Pool) othersBusy(r *qstate) bool {
 			continue
 		}
 		if !qs.c.mu.TryLock() {
-			return p.inspecting.Load() == 0
+			if p.inspecting.Load() == 0 {
+				return true
+			}
+			continue // maybe Stats's or Snapshot's: the others may tell
 		}
 		qs.c.mu.Unlock()
 	}
@@ -221,15 +232,25 @@ func (p *Pool) flushCache(r *qstate) {
 // other caches' locks, which never waits: the lock order (c.mu, then
 // p.mu) cannot deadlock.
 func (p *Pool) flushLocked(r *qstate) (all bool) {
+	// A cache's lock held by Stats or Snapshot is no queue's operation.
+	all = !p.flushIdleLocked(r) || p.inspecting.Load() > 0
+	if r != nil && all && r.c.d.joined {
+		r.c.d.leave() // no other queue's operation in progress
+	}
+	return all
+}
+
+// flushIdleLocked is flushLocked's work: it reports whether it found a
+// cache's lock taken.
+func (p *Pool) flushIdleLocked(r *qstate) (busy bool) {
 	if p.cacheState.Load() == cachesGone {
-		return true
+		return false
 	}
 	var buf [8]*qstate
 	cs := buf[:0]
 	if r != nil && r.c.d.ops() > 0 {
 		cs = append(cs, r)
 	}
-	var busy bool
 	for _, qs := range p.cacheList() {
 		if qs == r || !qs.c.ever.Load() {
 			continue
@@ -250,12 +271,7 @@ func (p *Pool) flushLocked(r *qstate) (all bool) {
 			qs.c.mu.Unlock()
 		}
 	}
-	// A cache's lock held by Stats or Snapshot is no queue's operation.
-	all = !busy || p.inspecting.Load() > 0
-	if r != nil && all {
-		r.c.d.joined = false // no other queue's operation in progress
-	}
-	return all
+	return busy
 }
 
 // flushTurnsLocked brings into the ledger the sums of the caches cs,
@@ -312,8 +328,19 @@ func (p *Pool) lockFlushed(r *qstate, locked bool) {
 // takes no lock: the list is replaced, never changed.
 func (p *Pool) cacheList() []*qstate { return *p.caches.Load() }
 
-// flushAll brings every queue's cache's sums into the ledger.
+// flushAll brings every queue's cache's sums into the ledger. It holds
+// no cache's lock while it waits for p.mu, so that a queue's flush never
+// finds one held for it and brings in newer turns before that cache's
+// (a Stats reader would split one goroutine's turns): it brings in,
+// under p.mu, every cache not in use, and only if one was, waits for each
+// in turn.
 func (p *Pool) flushAll() {
+	p.lock()
+	busy := p.flushIdleLocked(nil)
+	p.mu.Unlock()
+	if !busy {
+		return
+	}
 	p.inspecting.Add(1)
 	defer p.inspecting.Add(-1)
 	for _, qs := range p.cacheList() {

@@ -84,6 +84,31 @@ type historyQueues interface {
 	Queues() []*cl.CommandQueue
 }
 
+// historyOf returns the history of the first hook that keeps one, its
+// queues numbered as in queues (the pool's); nil if none does, or if the
+// hook panics: a snapshot is taken under the pool's locks, which a
+// hook's panic must not leave held (as callHook recovers the others).
+func historyOf(hooks hookList, queues []QueueStats) (h []trace.Event) {
+	if hooks == nil {
+		return nil
+	}
+	defer func() {
+		if recover() != nil {
+			h = nil
+		}
+	}()
+	for _, entry := range *hooks {
+		if k, ok := entry.h.(historyKeeper); ok {
+			h = k.History()
+			if hq, ok := entry.h.(historyQueues); ok {
+				renumberQueues(h, hq.Queues(), queues)
+			}
+			return h
+		}
+	}
+	return nil
+}
+
 // Snapshot returns the pool's segments and blocks now, for either policy.
 // It holds the pool's lock, and every queue's cache's, while it walks
 // them: a snapshot is for looking, not for a hot path.
@@ -123,17 +148,7 @@ func (p *Pool) Snapshot() Snapshot {
 	// block handed out after it is in neither (a hook's history takes its
 	// own lock, never the pool's).
 	hooks := p.hooks.Load()
-	if hooks != nil {
-		for _, entry := range *hooks {
-			if h, ok := entry.h.(historyKeeper); ok {
-				s.History = h.History()
-				if hq, ok := entry.h.(historyQueues); ok {
-					renumberQueues(s.History, hq.Queues(), st.Queues)
-				}
-				break
-			}
-		}
-	}
+	s.History = historyOf(hooks, st.Queues)
 	p.unlockCaches(qs)
 
 	slices.SortFunc(s.Segments, func(a, b SegmentSnapshot) int { return cmp.Compare(a.ID, b.ID) })
