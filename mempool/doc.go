@@ -267,7 +267,7 @@
 //
 // The counters still see every operation in order (summed in turns, each
 // the operations of one queue's cache with no other's in between, and
-// brought under the pool's lock every few dozen operations, before Stats,
+// brought under the pool's lock every 128 operations, before Stats,
 // and before any operation that takes the pool's lock, for every cache
 // not in use at that moment, turn by turn in the order they were made;
 // so only a peak across queues used by goroutines at the same time can

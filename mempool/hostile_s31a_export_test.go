@@ -23,5 +23,5 @@ func S31aJoined(p *Pool, q *cl.CommandQueue) (joined bool, turns int) {
 	}
 	qs.c.mu.Lock()
 	defer qs.c.mu.Unlock()
-	return qs.c.d.joined, qs.c.d.nt
+	return qs.c.d.joined, qs.c.d.count()
 }

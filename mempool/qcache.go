@@ -57,7 +57,7 @@ func (p *Pool) stopCaching() { p.cacheState.CompareAndSwap(cachesOn, cachesStopp
 const (
 	cacheBlocks   = 16                  // blocks a queue's cache holds
 	cacheMaxBlock = policy.SmallRequest // the largest block it holds
-	flushOps      = 64                  // operations summed before they go to the ledger
+	flushOps      = 128                 // operations summed before they go to the ledger
 	maxTurns      = 8                   // turns summed before they go to the ledger (qflush.go)
 	lockTries     = 64                  // tries of every cache's lock under p.mu before lockCaches waits for them
 	cacheShare    = 128                 // an arena's queue cache holds at most 1/cacheShare of the managed bytes

@@ -35,9 +35,14 @@ import "sync/atomic"
 // (moves): whether each one changes the inactive splits by itself or with
 // its segment's other blocks, only the ledger can tell.
 type qdelta struct {
-	turns [maxTurns]qturn // oldest first: turns[:nt]; a cache's first operation after a flush begins one
+	// The turns: turns[:nt], oldest first, then cur, the turn the
+	// operations go to, if open (a cache's first operation after a flush
+	// begins one). cur is apart so that the hot path adds to it in
+	// place.
+	turns [maxTurns - 1]qturn
 	nt    int
-	cur   *qturn // turns[nt-1], nil if none
+	cur   qturn
+	open  bool
 	mark  uint64 // the clock when the last turn began: its number
 	n     int64  // the operations summed
 	// joined is set while the cache's turns do not move the clock:
@@ -66,7 +71,7 @@ func (d *qdelta) ops() int64 { return d.n }
 // none, or another cache began one since its last (the clock moved).
 // Small enough to be inlined: on one queue, it reads the clock.
 func (d *qdelta) due(clock *atomic.Uint64) bool {
-	return d.cur == nil || clock.Load() != d.mark
+	return !d.open || clock.Load() != d.mark
 }
 
 // leave ends the joined mode: the cache's next turn moves the clock
@@ -97,7 +102,7 @@ func (p *Pool) beginTurn(r *qstate) {
 			d.joined = true
 		}
 	}
-	if d.nt == maxTurns {
+	if d.open && d.nt == len(d.turns) {
 		p.lock()
 		d.joined = !p.flushLocked(r) // d is empty now
 		p.mu.Unlock()
@@ -118,9 +123,27 @@ func (p *Pool) beginTurn(r *qstate) {
 		m.cut()
 		t.runs, t.moves = m.runs, m.n
 	}
-	d.turns[d.nt] = t
-	d.cur = &d.turns[d.nt]
-	d.nt++
+	if d.open {
+		d.turns[d.nt] = d.cur
+		d.nt++
+	}
+	d.cur, d.open = t, true
+}
+
+// count returns how many turns d has.
+func (d *qdelta) count() int {
+	if d.open {
+		return d.nt + 1
+	}
+	return d.nt
+}
+
+// turn returns d's turn i (i < count()).
+func (d *qdelta) turn(i int) *qturn {
+	if i < d.nt {
+		return &d.turns[i]
+	}
+	return &d.cur
 }
 
 // othersBusy reports whether a queue's operation is in progress on a
@@ -148,10 +171,9 @@ func (p *Pool) othersBusy(r *qstate) bool {
 // be inlined.
 func (d *qdelta) hit(b *block, size int64) {
 	d.n++
-	t := d.cur
-	t.allocation.add(1)
-	t.allocated.add(b.Size)
-	t.requested.add(size)
+	d.cur.allocation.add(1)
+	d.cur.allocated.add(b.Size)
+	d.cur.requested.add(size)
 }
 
 // put sums block b, of a request of size, given back into the cache, in
@@ -159,15 +181,14 @@ func (d *qdelta) hit(b *block, size int64) {
 // lists b's move if b is a split.
 func (d *qdelta) put(b *block, size int64) {
 	d.n++
-	t := d.cur
-	t.allocation.sub(1)
-	t.allocated.sub(b.Size)
-	t.requested.sub(size)
+	d.cur.allocation.sub(1)
+	d.cur.allocated.sub(b.Size)
+	d.cur.requested.sub(size)
 }
 
 // reset empties d, once the ledger has it.
 func (d *qdelta) reset() {
-	d.nt, d.n, d.cursor, d.cur = 0, 0, 0, nil
+	d.nt, d.n, d.cursor, d.open = 0, 0, 0, false
 	if d.moves != nil {
 		d.moves.reset()
 	}
@@ -180,7 +201,7 @@ func (d *qdelta) reset() {
 // splits up to date itself, as sync would. The moves of d must be cut
 // (splitMoves.cut).
 func (l *ledger) flushTurn(d *qdelta, i int, r *qstate) {
-	t := &d.turns[i]
+	t := d.turn(i)
 	hits := t.allocation.added
 	cached := t.allocation.freed - hits // blocks into the cache, less those out
 	l.s.Hits += hits
@@ -199,8 +220,8 @@ func (l *ledger) flushTurn(d *qdelta, i int, r *qstate) {
 	l.s.HeldBytes -= t.allocated.net()
 	if m := d.moves; m != nil {
 		end := m.n
-		if i+1 < d.nt {
-			end = d.turns[i+1].moves
+		if i+1 < d.count() {
+			end = d.turn(i + 1).moves
 		}
 		l.flushSplits(m, t.runs, t.moves, end)
 	}
@@ -288,7 +309,7 @@ func (p *Pool) flushTurnsLocked(cs []*qstate) {
 		var from *qstate
 		for _, qs := range cs {
 			d := &qs.c.d
-			if d.cursor < d.nt && (pick == nil || d.turns[d.cursor].stamp < pick.turns[pick.cursor].stamp) {
+			if d.cursor < d.count() && (pick == nil || d.turn(d.cursor).stamp < pick.turn(pick.cursor).stamp) {
 				pick, from = d, qs
 			}
 		}
