@@ -2,6 +2,7 @@ package mempool
 
 import (
 	"cmp"
+	"runtime"
 	"slices"
 	"time"
 	"unsafe"
@@ -196,4 +197,65 @@ func nameSites(segs []SegmentSnapshot, n SiteNamer) {
 // queue r, what a snapshot shows of it. p.mu must be held.
 func noteBlock(b *block, size int64, r *qstate, pb *PooledBuffer) {
 	b.Requested, b.Queue, b.Owner = size, r.id, uint64(uintptr(unsafe.Pointer(pb)))
+}
+
+// lockCaches locks every queue's cache, then p.mu, for a look at every
+// block (Snapshot, Stats); it returns the queues locked and the cached
+// blocks. unlockCaches undoes it. It first tries, under p.mu, every
+// cache's lock, and lets go and tries again while one is in use (at most
+// lockTries times): so it holds no cache's lock while it waits for p.mu,
+// and a queue's flush meanwhile finds none held for it (see flushAll).
+// Then it waits for each cache's lock, and p.mu, in the lock order.
+func (p *Pool) lockCaches() ([]*qstate, map[*block]bool) {
+	p.inspecting.Add(1)
+	for try := 0; ; try++ {
+		qs := p.cacheList()
+		if try < lockTries {
+			p.lock()
+			qs = p.cacheList() // not replaced while p.mu is held
+			n := 0
+			for n < len(qs) && qs[n].c.mu.TryLock() {
+				n++
+			}
+			if n < len(qs) {
+				p.mu.Unlock()
+				for _, q := range qs[:n] {
+					q.c.mu.Unlock()
+				}
+				runtime.Gosched() // let the queue's operation end
+				continue
+			}
+		} else {
+			for _, q := range qs {
+				q.c.mu.Lock()
+			}
+			p.lock()
+			if len(p.cacheList()) != len(qs) {
+				p.mu.Unlock() // a queue came meanwhile: lock it too
+				for _, q := range qs {
+					q.c.mu.Unlock()
+				}
+				continue
+			}
+		}
+		p.flushTurnsLocked(qs)
+		cached := map[*block]bool{}
+		for _, q := range qs {
+			for _, cb := range q.c.blocks {
+				cached[cb.block] = true
+			}
+		}
+		if p.san != nil {
+			p.san.quarantined(cached) // held, and not in the policy either
+		}
+		return qs, cached
+	}
+}
+
+func (p *Pool) unlockCaches(qs []*qstate) {
+	p.mu.Unlock()
+	for _, q := range qs {
+		q.c.mu.Unlock()
+	}
+	p.inspecting.Add(-1)
 }
