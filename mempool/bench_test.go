@@ -351,6 +351,49 @@ func BenchmarkOnQueueParallel(b *testing.B) {
 	}
 }
 
+// BenchmarkOnQueueAlternating is one goroutine that takes turns on two
+// queues of one pool, without drop safety: a hit and its Close on one,
+// then on the other. Each switch begins a turn of the caches' sums
+// (qflush.go): the clock moves, and the other cache's lock is tried.
+func BenchmarkOnQueueAlternating(b *testing.B) {
+	q := cltest.Queue(b)
+	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := mempool.New(imm, mempool.WithDropSafety(false))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { p.Close() })
+	var ons [2]*mempool.QueueAllocator
+	var warm [2]*mempool.PooledBuffer
+	for i := range ons {
+		q2, err := cl.NewCommandQueue(q.Context(), q.Device(), 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { q2.Release() })
+		ons[i] = p.On(q2)
+		if warm[i], err = ons[i].Allocate(benchSize); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, pb := range warm { // both open first: a miss drains the other caches
+		pb.Close()
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		pb, err := ons[i&1].Allocate(benchSize)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pb.Close()
+		i++
+	}
+}
+
 // BenchmarkFloorPerQueue is the floor of BenchmarkOnQueueParallel without
 // drop safety: each goroutine pops and pushes on a free list of its own
 // under a lock of its own, and hands out a 32-byte object (a
