@@ -218,10 +218,7 @@ func (p *Pool) lockCaches() ([]*qstate, map[*block]bool) {
 				n++
 			}
 			if n < len(qs) {
-				p.mu.Unlock()
-				for _, q := range qs[:n] {
-					q.c.mu.Unlock()
-				}
+				p.releaseCaches(qs[:n])
 				runtime.Gosched() // let the queue's operation end
 				continue
 			}
@@ -231,10 +228,7 @@ func (p *Pool) lockCaches() ([]*qstate, map[*block]bool) {
 			}
 			p.lock()
 			if len(p.cacheList()) != len(qs) {
-				p.mu.Unlock() // a queue came meanwhile: lock it too
-				for _, q := range qs {
-					q.c.mu.Unlock()
-				}
+				p.releaseCaches(qs) // a queue came meanwhile: lock it too
 				continue
 			}
 		}
@@ -253,9 +247,14 @@ func (p *Pool) lockCaches() ([]*qstate, map[*block]bool) {
 }
 
 func (p *Pool) unlockCaches(qs []*qstate) {
+	p.releaseCaches(qs)
+	p.inspecting.Add(-1)
+}
+
+// releaseCaches lets go of p.mu, then of the locks of the caches qs.
+func (p *Pool) releaseCaches(qs []*qstate) {
 	p.mu.Unlock()
 	for _, q := range qs {
 		q.c.mu.Unlock()
 	}
-	p.inspecting.Add(-1)
 }
