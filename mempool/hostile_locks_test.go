@@ -1,7 +1,7 @@
 package mempool_test
 
 // Hostile tests of the queue caches' locking (qcache.go, release.go,
-// ladder.go): c.mu then p.mu, flushLocked's TryLock, give's one
+// ladder.go): c.mu then p.mu, flushCaches's TryLock, give's one
 // hold of p.mu taken under c.mu, the drains. Every test runs under a
 // watchdog that turns a hang into a crash with every goroutine's stack.
 

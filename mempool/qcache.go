@@ -38,7 +38,7 @@ import (
 // on the pool's own path (see core.handOut).
 //
 // Lock order: a queue's c.mu, then p.mu; never the other way, but for a
-// try that does not wait (flushLocked). A request on no queue uses
+// try that does not wait (flushCaches). A request on no queue uses
 // p.host's cache, as a queue's.
 
 // States of the queue caches, in Pool.cacheState: one word, moved
@@ -80,7 +80,7 @@ type qcache struct {
 	d               qdelta // operations not yet in the ledger
 
 	// ever is set at the first block put here, and never cleared:
-	// flushLocked tries the locks of those caches only.
+	// flushCaches tries the locks of those caches only.
 	ever atomic.Bool
 	_    [64]byte
 }
@@ -283,7 +283,7 @@ func (p *Pool) drain() (moved bool, err error) {
 			continue
 		}
 		p.lock()
-		p.flushLocked(qs)
+		p.flushCaches(qs)
 		var gone []*segment
 		for _, cb := range qs.c.blocks {
 			gone = p.uncacheLocked(gone, qs, cb.block)
@@ -321,7 +321,7 @@ func (p *Pool) uncacheLocked(gone []*segment, qs *qstate, b *block) []*segment {
 func (p *Pool) evict(r *qstate, at []int) {
 	c := &r.c
 	p.lock()
-	p.flushLocked(r)
+	p.flushCaches(r)
 	var gone []*segment
 	for _, i := range at {
 		cb := c.blocks[i]

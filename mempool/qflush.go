@@ -11,7 +11,7 @@ import "sync/atomic"
 // goes on with that turn; else it begins a new one, and moves the clock
 // on. So the turns of one goroutine's operations on several queues are
 // numbered in the order it made them, and the ledger, bringing in every
-// cache not in use at once (flushLocked), applies them by their numbers:
+// cache not in use at once (flushCaches), applies them by their numbers:
 // the same counts, peaks included, as the operations one by one. On one
 // queue the clock is only read.
 //
@@ -104,7 +104,7 @@ func (p *Pool) beginTurn(r *qstate) {
 	}
 	if d.open && d.nt == len(d.turns) {
 		p.lock()
-		d.joined = !p.flushLocked(r) // d is empty now
+		d.joined = !p.flushCaches(r) // d is empty now
 		p.mu.Unlock()
 	}
 	var t qturn
@@ -236,14 +236,14 @@ func (p *Pool) flushIfDue(r *qstate) {
 	}
 }
 
-// flushCache takes p.mu for flushLocked(r). r.c.mu must be held.
+// flushCache takes p.mu for flushCaches(r). r.c.mu must be held.
 func (p *Pool) flushCache(r *qstate) {
 	p.lock()
-	p.flushLocked(r)
+	p.flushCaches(r)
 	p.mu.Unlock()
 }
 
-// flushLocked brings into the ledger the sums of r's cache (nil: none),
+// flushCaches brings into the ledger the sums of r's cache (nil: none),
 // whose lock the caller holds, and of every other cache whose lock is
 // free: their operations came before the one p.mu is taken for (a cache
 // whose lock is held is in the middle of one, which runs concurrently
@@ -252,18 +252,18 @@ func (p *Pool) flushCache(r *qstate) {
 // progress on another goroutine. p.mu must be held. It only tries the
 // other caches' locks, which never waits: the lock order (c.mu, then
 // p.mu) cannot deadlock.
-func (p *Pool) flushLocked(r *qstate) (all bool) {
+func (p *Pool) flushCaches(r *qstate) (all bool) {
 	// A cache's lock held by Stats or Snapshot is no queue's operation.
-	all = !p.flushIdleLocked(r) || p.inspecting.Load() > 0
+	all = !p.flushIdle(r) || p.inspecting.Load() > 0
 	if r != nil && all && r.c.d.joined {
 		r.c.d.leave() // no other queue's operation in progress
 	}
 	return all
 }
 
-// flushIdleLocked is flushLocked's work: it reports whether it found a
+// flushIdle is flushCaches's work: it reports whether it found a
 // cache's lock taken.
-func (p *Pool) flushIdleLocked(r *qstate) (busy bool) {
+func (p *Pool) flushIdle(r *qstate) (busy bool) {
 	if p.cacheState.Load() == cachesGone {
 		return false
 	}
@@ -325,7 +325,7 @@ func (p *Pool) flushTurnsLocked(cs []*qstate) {
 }
 
 // lockFlushed takes p.mu for an operation on queue r (p.host: none),
-// with the caches' sums in the ledger first (flushLocked), so that the
+// with the caches' sums in the ledger first (flushCaches), so that the
 // ledger sees the operations in order, and lets go of r's cache's lock.
 // If locked, the caller holds that lock already (allocateCached's miss);
 // else lockFlushed takes it. Once caching is off, the caches were
@@ -341,7 +341,7 @@ func (p *Pool) lockFlushed(r *qstate, locked bool) {
 		r.c.mu.Lock()
 	}
 	p.lock()
-	p.flushLocked(r)
+	p.flushCaches(r)
 	r.c.mu.Unlock()
 }
 
@@ -357,7 +357,7 @@ func (p *Pool) cacheList() []*qstate { return *p.caches.Load() }
 // in turn.
 func (p *Pool) flushAll() {
 	p.lock()
-	busy := p.flushIdleLocked(nil)
+	busy := p.flushIdle(nil)
 	p.mu.Unlock()
 	if !busy {
 		return

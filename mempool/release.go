@@ -56,7 +56,7 @@ func (p *Pool) give(pb *PooledBuffer, hooks hookList, record bool) error {
 		// before r's cache's lock is let go, brings in r's sums and
 		// takes the block back.
 		p.lock()
-		p.flushLocked(r) // the ledger sees the operations in order
+		p.flushCaches(r) // the ledger sees the operations in order
 		r.c.mu.Unlock()
 		return p.takeBackThenUnlock(pb, size, record)
 	}
@@ -83,7 +83,7 @@ func (p *Pool) giveBack(pb *PooledBuffer, size int64, hooks hookList, record boo
 		after = pb.event(FreeAfter, b) // before the core: an arena may merge b away
 	}
 	p.lock()
-	p.flushLocked(nil)
+	p.flushCaches(nil)
 	err := p.takeBackThenUnlock(pb, size, record)
 	if hooks != nil {
 		after.Err = err
