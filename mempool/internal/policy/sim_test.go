@@ -1,7 +1,10 @@
 package policy_test
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/clpool/clpool/mempool/internal/policy"
@@ -67,34 +70,96 @@ func simulate(t testing.TB, events []trace.Event, p placement) simResult {
 	return r
 }
 
-// cacheBlocks and cacheMaxBlock are the pool's queue caches' limits
-// (mempool/qcache.go): a queue's cache keeps up to 16 blocks of up to
-// SmallRequest bytes of small segments, given back, for requests of
-// exactly their size.
-const cacheBlocks, cacheMaxBlock = 16, policy.SmallRequest
+// The pool's queue caches' limits (mempool/qcache.go): a queue's cache
+// keeps up to cacheBlocks blocks of up to SmallRequest bytes of small
+// segments, given back, for requests of exactly their size; an arena's
+// cache holds at most 1/cacheShare of the managed bytes in them, but for
+// big blocks (whole segments of at least 1/bigSegment of the managed
+// bytes), which hold up to 1/bigShare apart.
+const (
+	cacheBlocks, cacheMaxBlock = 16, policy.SmallRequest
+	cacheShare, bigSegment     = 128, 8
+	bigShare                   = 2
+)
+
+// simCache is the pool's cache of the requests on no queue, as an
+// arena has it (mempool's putCached and allocateCached).
+type simCache struct {
+	blocks []*policy.Block[int] // oldest first
+	big    []bool               // whether blocks[i] counts as big
+}
+
+// take returns the newest cached block of n bytes, or nil.
+func (c *simCache) take(n int64) *policy.Block[int] {
+	for i := len(c.blocks) - 1; i >= 0; i-- {
+		if c.blocks[i].Size == n {
+			b := c.blocks[i]
+			c.blocks = append(c.blocks[:i], c.blocks[i+1:]...)
+			c.big = append(c.big[:i], c.big[i+1:]...)
+			return b
+		}
+	}
+	return nil
+}
+
+// put caches b, given back while the pool manages managed bytes, and
+// returns the blocks that go back to the policy: b itself if it is not
+// to be cached, else the oldest, evicted while the cache is full or b's
+// kind over its share.
+func (c *simCache) put(b *policy.Block[int], managed int64) (back []*policy.Block[int]) {
+	if !b.Seg.Small || b.Size > cacheMaxBlock || b.Seg.Oversize || b.Seg.Exact {
+		return []*policy.Block[int]{b}
+	}
+	limit := managed / cacheShare
+	big := b.Whole() && b.Size >= limit*cacheShare/bigSegment
+	if big {
+		limit = limit * cacheShare / bigShare
+	}
+	if b.Size > limit {
+		return []*policy.Block[int]{b}
+	}
+	share := b.Size
+	for i, old := range c.blocks {
+		if c.big[i] == big {
+			share += old.Size
+		}
+	}
+	keep, keepBig := c.blocks[:0:0], c.big[:0:0]
+	n := len(c.blocks)
+	for i, old := range c.blocks {
+		switch {
+		case n < cacheBlocks && share <= limit, c.big[i] != big && n < cacheBlocks:
+			keep, keepBig = append(keep, old), append(keepBig, c.big[i])
+		default:
+			if c.big[i] == big {
+				share -= old.Size
+			}
+			back = append(back, old)
+			n--
+		}
+	}
+	c.blocks, c.big = append(keep, b), append(keepBig, big)
+	return back
+}
 
 // simulateCached is simulate with the pool's cache of the requests on no
-// queue in front of p, as the pool has it by default: a block of a small
-// segment given back waits in the cache while there is room; a request
-// takes the newest cached block of its block's size; a miss sizes a new
-// segment and calls BeforeGrow (whose segments the pool frees), then
-// drains the cache into p and decides again, as the pool does
-// (mempool's serve).
+// queue in front of p (simCache), as the pool has it by default: a
+// request takes the newest cached block of its block's size; a miss
+// sizes a new segment and calls BeforeGrow (whose segments the pool
+// frees), then drains the cache into p and decides again, as the pool
+// does (mempool's serve).
 func simulateCached(t testing.TB, events []trace.Event, p placement, round func(int64) int64) simResult {
 	var r simResult
 	var managed, live int64
-	var cache []*policy.Block[int]
+	var cache simCache
 	blocks := map[int64]*policy.Block[int]{}
 	sizes := map[int64]int64{}
-	drain := func() bool {
-		for _, b := range cache {
+	give := func(bs []*policy.Block[int]) {
+		for _, b := range bs {
 			if s := p.Put(b); s != nil {
 				managed -= s.Size
 			}
 		}
-		moved := len(cache) > 0
-		cache = cache[:0]
-		return moved
 	}
 	for _, e := range events {
 		switch e.Op {
@@ -102,13 +167,7 @@ func simulateCached(t testing.TB, events []trace.Event, p placement, round func(
 			r.allocs++
 			var b *policy.Block[int]
 			if n := round(e.Size); n <= cacheMaxBlock {
-				for i := len(cache) - 1; i >= 0; i-- {
-					if cache[i].Size == n {
-						b = cache[i]
-						cache = append(cache[:i], cache[i+1:]...)
-						break
-					}
-				}
+				b = cache.take(n)
 			}
 			mayDrain := true
 			for b == nil {
@@ -121,7 +180,9 @@ func simulateCached(t testing.TB, events []trace.Event, p placement, round func(
 				}
 				if mayDrain {
 					mayDrain = false
-					if drain() {
+					if len(cache.blocks) > 0 {
+						give(cache.blocks)
+						cache = simCache{}
 						continue
 					}
 				}
@@ -133,13 +194,7 @@ func simulateCached(t testing.TB, events []trace.Event, p placement, round func(
 			blocks[e.ID], sizes[e.ID] = b, e.Size
 			live += e.Size
 		case trace.Free:
-			b := blocks[e.ID]
-			ok := b.Seg.Small && b.Size <= cacheMaxBlock && !b.Seg.Oversize && !b.Seg.Exact
-			if ok && len(cache) < cacheBlocks {
-				cache = append(cache, b)
-			} else if s := p.Put(b); s != nil {
-				managed -= s.Size
-			}
+			give(cache.put(blocks[e.ID], managed))
 			live -= sizes[e.ID]
 			delete(blocks, e.ID)
 		}
@@ -226,21 +281,22 @@ const goalRatio = 1.15
 func goalSegments(allocs int) int { return max(2, allocs/100) }
 
 // shortfalls are the traces where the arena misses the goal, with what
-// it reaches instead, as bounds that keep it from getting worse, and why
-// no policy measured (issue 22's search) does better.
+// it reaches instead (alone, and behind the pool's cache), as bounds that
+// keep it from getting worse, and why no policy measured (issue 22's
+// search) does better.
 var shortfalls = map[string]struct {
-	ratio    float64
-	segments int
-	why      string
+	ratio, cached float64
+	segments      int
+	why           string
 }{
-	"synth-random-mixed.tsv": {ratio: 1.23, why: "random frees of log-uniform sizes up to 8 MiB: best fit in one unbounded segment already needs 1.13x the plan on average over 48 seeds of the generator (up to 1.30x), 1.23x on this one; which seeds pass changes with any change of placement (the arena's mean over those seeds is 1.14x)"},
+	"synth-random-mixed.tsv": {ratio: 1.23, cached: 1.16, why: "random frees of log-uniform sizes up to 8 MiB: best fit in one unbounded segment already needs 1.13x the plan on average over 48 seeds of the generator (up to 1.30x), 1.23x on this one, and is over 1.15x on 8 of 24 other seeds; which seeds pass changes with any change of placement (the pool's mean over those 24 seeds is 1.155x, 12 over)"},
 }
 
 // TestArenaHoldsCloseToTheLivePeak replays the recorded traces and the
-// synthetic ones through the policies alone and holds the arena to the
-// goal; it logs the arena behind the pool's cache (the pool's default,
-// which delays the merging of up to 16 small blocks: see
-// simulateCached), exact bins and the torch-like reference beside it.
+// synthetic ones through the arena alone and behind the pool's cache
+// (the pool's default: see simulateCached, whose figures are the real
+// pool's, TestSimulationIsThePool) and holds both to the goal; it logs
+// exact bins and the torch-like reference beside them.
 func TestArenaHoldsCloseToTheLivePeak(t *testing.T) {
 	names := []string{"cg.tsv", "cg-go.tsv", "mlp.tsv", "particles.tsv", "batches.tsv"}
 	for _, s := range syntheticTraces() {
@@ -267,6 +323,12 @@ func TestArenaHoldsCloseToTheLivePeak(t *testing.T) {
 			}
 			assert.LessOrEqual(t, of(arena), ratio, "peak managed over the plan")
 			assert.LessOrEqual(t, arena.segments, segments, "device allocations")
+			ratio = goalRatio
+			if s, ok := shortfalls[name]; ok {
+				ratio = max(ratio, s.cached)
+			}
+			assert.LessOrEqual(t, of(cached), ratio, "peak managed over the plan, behind the pool's cache")
+			assert.LessOrEqual(t, cached.segments, segments, "device allocations, behind the pool's cache")
 		})
 	}
 }
@@ -283,4 +345,31 @@ func TestArenaOutgrowsThroughThePoolsCache(t *testing.T) {
 	cached := simulateCached(t, ev, p, p.Round)
 	assert.Equal(t, alone.segments, cached.segments)
 	assert.Equal(t, alone.peakManaged, cached.peakManaged)
+}
+
+// TestSimulationIsThePool holds simulateCached to the real pool: its peak
+// managed bytes over the plan, on the recorded traces, are the figures of
+// README.md's table (its "pool-arena / plan" column), which cmd/clpool's
+// tests check against `clpool plan` on POCL. (On 84 seeds of the
+// random-mixed and small-pool generators, every figure was the pool's
+// too.) A change to the pool's caches that this model does not follow
+// fails here or there.
+func TestSimulationIsThePool(t *testing.T) {
+	readme, err := os.ReadFile("../../../README.md")
+	require.NoError(t, err)
+	rows := 0
+	for line := range strings.Lines(string(readme)) {
+		cells := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
+		if !strings.HasPrefix(line, "| `") || len(cells) != 7 {
+			continue
+		}
+		name := strings.Trim(strings.TrimSpace(cells[0]), "`")
+		ev := readTrace(t, name)
+		p := policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)
+		r := simulateCached(t, ev, p, p.Round)
+		got := fmt.Sprintf("%.3f", float64(r.peakManaged)/float64(trace.Plan(ev, 256).Size))
+		assert.Equal(t, strings.TrimSpace(cells[6]), got, "%s: the simulation's peak managed over the plan, against README's pool-arena column", name)
+		rows++
+	}
+	require.Equal(t, 5, rows, "README.md's table of recorded traces")
 }
