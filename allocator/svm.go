@@ -165,7 +165,7 @@ func NewSVMBudget(a SVMAllocator, budget int64) *SVMBudget {
 // Allocate reserves size bytes of the budget and allocates from the
 // wrapped allocator.
 func (b *SVMBudget) Allocate(size int64) (*cl.SVM, error) {
-	if b.inner == nil {
+	if isNil(b.inner) {
 		return nil, errNoInner("SVMBudget")
 	}
 	if size <= 0 {

@@ -1,7 +1,9 @@
 package allocator
 
 import (
+	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 
@@ -31,7 +33,7 @@ func NewBudget(a Allocator, budget int64) *Budget {
 // wrapped allocator. The check cannot overflow: a request near
 // math.MaxInt64 is refused like any other that does not fit.
 func (b *Budget) Allocate(size int64) (*cl.Buffer, error) {
-	if b.inner == nil {
+	if isNil(b.inner) {
 		return nil, errNoInner("Budget")
 	}
 	if size <= 0 {
@@ -48,6 +50,17 @@ func (b *Budget) Allocate(size int64) (*cl.Buffer, error) {
 	b.bufs.Store(buf, struct{}{})
 	own(buf, b)
 	return buf, nil
+}
+
+// isNil reports whether allocator a is nil, or a nil pointer in the
+// interface (a nil *Deferred): a wrapper over either has nothing to
+// call.
+func isNil(a any) bool {
+	if a == nil {
+		return true
+	}
+	v := reflect.ValueOf(a)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // errNoInner is the error of a wrapper made over a nil allocator.
@@ -155,7 +168,7 @@ func NewCounting(a Allocator) *Counting {
 
 // Allocate allocates from the wrapped allocator and counts the buffer.
 func (c *Counting) Allocate(size int64) (*cl.Buffer, error) {
-	if c.inner == nil {
+	if isNil(c.inner) {
 		return nil, errNoInner("Counting")
 	}
 	buf, err := c.inner.Allocate(size)
@@ -177,8 +190,9 @@ func (c *Counting) Allocate(size int64) (*cl.Buffer, error) {
 
 // Free frees buf through the wrapped allocator, once. A free the wrapped
 // allocator fails leaves buf counted live, for a retry, unless buf was
-// released all the same: then it counts as freed, and the error is
-// returned.
+// released all the same: then it counts as freed, or as a bad free if the
+// wrapped allocator found it released already (ErrFreed: released behind
+// c's back, so this is its second free), and the error is returned.
 func (c *Counting) Free(buf *cl.Buffer) error {
 	if buf == nil {
 		return nil
@@ -199,7 +213,11 @@ func (c *Counting) Free(buf *cl.Buffer) error {
 		return err
 	}
 	disown(buf)
-	c.stats.Frees++
+	if errors.Is(err, ErrFreed) {
+		c.stats.BadFrees++ // released already, behind c's back: a second free
+	} else {
+		c.stats.Frees++
+	}
 	c.stats.Live--
 	c.stats.LiveBytes -= buf.Size()
 	return err
@@ -258,9 +276,9 @@ func QueueOf(a any) (q *cl.CommandQueue) {
 
 // walk calls found with a and, while found returns false, with each
 // allocator it wraps, through an Unwrap method returning an Allocator or
-// an SVMAllocator.
+// an SVMAllocator; it stops at a nil one (or a nil pointer).
 func walk(a any, found func(a any) bool) {
-	for a != nil && !found(a) {
+	for !isNil(a) && !found(a) {
 		switch u := a.(type) {
 		case interface{ Unwrap() Allocator }:
 			a = u.Unwrap()

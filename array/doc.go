@@ -136,8 +136,9 @@
 // pool reuses it only after the array's commands on q, whichever queue
 // asks next. Closing an array right after its last operation is enqueued
 // is legal. An operation whose operands live on different queues is
-// refused with ErrQueueMismatch rather than ordered: copy one operand to
-// the other's queue first.
+// refused with ErrQueueMismatch rather than ordered. The package has no
+// copy across queues: to combine them, read one operand back (Get) and
+// make it anew on the other's queue (FromHost).
 //
 // # Lifetimes
 //

@@ -46,7 +46,7 @@ func NewStaging[B Block](p *allocator.Pinned, alloc func(int64) (B, error)) (*St
 // take returns size bytes of pinned host memory and the block they are
 // part of, which the caller closes once the transfer is done.
 func (s *Staging) take(size int64) ([]byte, Block, error) {
-	b, err := s.alloc(size)
+	b, err := callAlloc(s.alloc, size) // a panic is an error, as for arrays
 	if err != nil {
 		return nil, nil, fmt.Errorf("allocating %d bytes of staging memory: %w", size, err)
 	}
@@ -64,6 +64,10 @@ func (s *Staging) take(size int64) ([]byte, Block, error) {
 	if int64(len(host)) < off+size {
 		_ = b.Close()
 		return nil, nil, errors.New("the staging allocator's memory is not the pinned memory of the Staging's allocator.Pinned")
+	}
+	if n, ok := b.(interface{ Size() int64 }); ok && n.Size() < size {
+		_ = b.Close()
+		return nil, nil, fmt.Errorf("the staging allocator's block has %d bytes, not the %d asked for: %w", n.Size(), size, cl.ErrInvalidBufferSize)
 	}
 	return host[off : off+size], b, nil
 }
