@@ -189,7 +189,9 @@
 //     a time, largest first, retrying after each;
 //  6. a segment of the request's own size instead of the policy's, as
 //     RMM's pool grows by the request: near a full device a 1000-byte
-//     request takes one block's bytes, not a segment's;
+//     request takes one block's bytes, not a segment's (with exact bins,
+//     its bin's block size, as PyOpenCL allocates: a request of 1 MiB
+//     takes 1,114,111 bytes);
 //  7. Allocate returns an *OutOfMemoryError that says where the memory is,
 //     wraps the allocator's error (nil for the limit's) and matches
 //     ErrOutOfMemory (the same value as allocator.ErrOutOfMemory).

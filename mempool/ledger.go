@@ -214,4 +214,8 @@ func (l *ledger) resetAccumulated() {
 	s := &l.s
 	s.Hits, s.Misses, s.DeviceAllocs, s.DeviceFrees = 0, 0, 0, 0
 	s.FreeErrors, s.Reclaimed, s.OOMRetries, s.OOMs = 0, 0, 0, 0
+	for i := range s.Queues { // their totals; the blocks cached stay
+		q := &s.Queues[i]
+		q.Requests, q.Hits, q.Handovers, q.Ready, q.Barriers, q.Markers, q.HostWaits = 0, 0, 0, 0, 0, 0, 0
+	}
 }

@@ -33,7 +33,7 @@ type QueueAllocator struct {
 //
 //	copies := pool.On(copyQueue, mempool.QueueName("copy"))
 func (p *Pool) On(q *cl.CommandQueue, opts ...QueueOption) *QueueAllocator {
-	qs, err := p.queueState(q)
+	qs, err := p.queueState(q, true)
 	if err == nil {
 		var c queueConfig
 		for _, o := range opts {
@@ -95,8 +95,10 @@ func (a *QueueAllocator) FreeHeld() error {
 	return a.p.freeHeldIf(func(b *block) bool { return b.Only(a.qs.id) })
 }
 
-// queueState returns the state of q, made at its first use.
-func (p *Pool) queueState(q *cl.CommandQueue) (*qstate, error) {
+// queueState returns the state of q, made at its first use: for On
+// (forOn), only while the pool is open (else ErrPoolClosed, and q is not
+// registered).
+func (p *Pool) queueState(q *cl.CommandQueue, forOn bool) (*qstate, error) {
 	if q == nil {
 		return nil, fmt.Errorf("mempool: On(nil): %w", cl.ErrInvalidCommandQueue)
 	}
@@ -110,7 +112,16 @@ func (p *Pool) queueState(q *cl.CommandQueue) (*qstate, error) {
 			return qs, nil
 		}
 	}
+	if p.life == lifeClosed {
+		if forOn {
+			return nil, ErrPoolClosed // a closed pool takes no new queue
+		}
+		// RecordQueue on a buffer still open: its Close still orders the
+		// free after q's commands, but the queue keeps no marker, as Close
+		// made the others keep none.
+	}
 	qs := newQstate(q, int32(len(p.queues)+1), p.arena)
+	qs.closed = p.life == lifeClosed
 	p.queues = append(p.queues, qs)
 	caches := append(*p.caches.Load(), qs) // a new array: readers keep theirs
 	p.caches.Store(&caches)
@@ -137,7 +148,7 @@ func (b *PooledBuffer) RecordQueue(q *cl.CommandQueue) error {
 	if closed {
 		return ErrClosed // before queueState, which would register q
 	}
-	qs, err := p.queueState(q)
+	qs, err := p.queueState(q, false)
 	if err != nil {
 		return err
 	}

@@ -131,7 +131,7 @@ func newPool(call string, src source, opts []Option) (*Pool, error) {
 	p.defq = p.host
 	p.caches.Store(&[]*qstate{p.host})
 	if q := allocator.QueueOf(src.outer()); q != nil {
-		p.defq, _ = p.queueState(q)
+		p.defq, _ = p.queueState(q, false)
 	}
 	return p, nil
 }

@@ -284,8 +284,9 @@ func (p *Pool) ResetPeak() {
 }
 
 // ResetAccumulated zeroes the totals (the Allocated and Freed of every
-// Stat, hits, misses, device allocations and frees, retries and refusals),
-// as torch.cuda.reset_accumulated_memory_stats does.
+// Stat, hits, misses, device allocations and frees, retries and refusals,
+// and each queue's requests, hits, handovers, markers and waits), as
+// torch.cuda.reset_accumulated_memory_stats does.
 func (p *Pool) ResetAccumulated() {
 	p.flushAll()
 	p.lock()
