@@ -350,7 +350,7 @@ func TestArenaOutgrowsThroughThePoolsCache(t *testing.T) {
 // TestSimulationIsThePool holds simulateCached to the real pool: its peak
 // managed bytes over the plan, on the recorded traces, are the figures of
 // README.md's table (its "pool-arena / plan" column), which cmd/clpool's
-// tests check against `clpool plan` on POCL. (On 84 seeds of the
+// tests check against `clpool plan` on POCL. (On 92 seeds of the
 // random-mixed and small-pool generators, every figure was the pool's
 // too.) A change to the pool's caches that this model does not follow
 // fails here or there.
