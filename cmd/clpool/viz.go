@@ -426,12 +426,13 @@ func tracePage(events []trace.Event, policy string, prog *progress) (page, error
 
 	var (
 		liveBytes, peakLive  bytesSum
+		segBytes, peakSegSum bytesSum // the trace's segments' managed bytes, which may pass 2^63
 		peakAt               = -1
 		at                   mempool.Snapshot
 		atSegments           = []pageSegment{} // at's, with the trace's ids
 		segments             bool              // the trace has segment events
 		segLive              = map[int64]int64{}
-		segBytes, replayed   int64 // managed bytes: the trace's segments', the replayed pool's
+		replayed             int64 // the replayed pool's managed bytes
 		trManaged, rpManaged []int64
 		peakSeg, peakReplay  peak
 	)
@@ -467,14 +468,14 @@ func tracePage(events []trace.Event, policy string, prog *progress) (page, error
 			segments, changed = true, false
 			if ev.Op == trace.SegmentAlloc {
 				segLive[ev.ID] = ev.Size
-				segBytes += ev.Size
+				segBytes.add(ev.Size)
 			} else {
-				segBytes -= segLive[ev.ID]
+				segBytes.sub(segLive[ev.ID])
 				delete(segLive, ev.ID)
 			}
-			trManaged = append(trManaged, int64(k), segBytes)
-			if segBytes > peakSeg.Bytes {
-				peakSeg = peak{Bytes: segBytes, Moment: k}
+			trManaged = append(trManaged, int64(k), segBytes.bytes())
+			if segBytes.more(peakSegSum) {
+				peakSegSum, peakSeg = segBytes, peak{Bytes: segBytes.bytes(), Moment: k}
 			}
 		default:
 			changed = false
