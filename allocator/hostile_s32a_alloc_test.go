@@ -24,7 +24,7 @@ func s32aNoPanic(f func()) (err error) {
 	return nil
 }
 
-// FAILS: a wrapper over a typed nil allocator (a nil *Deferred in the
+// FAILED on a363727: a wrapper over a typed nil allocator (a nil *Deferred in the
 // Allocator interface) panics in Allocate, where the same wrapper over an
 // untyped nil returns errNoInner's error matching cl.ErrInvalidValue; and
 // ContextOf/QueueOf/DeviceOf, documented to return nil "if none says",
@@ -50,7 +50,7 @@ func TestHostileS32aTypedNilAllocatorsPanic(t *testing.T) {
 	}
 }
 
-// FAILS: Counting's doc: "A buffer freed twice, or never allocated here,
+// FAILED on a363727: Counting's doc: "A buffer freed twice, or never allocated here,
 // is refused with ErrFreed and counted as a bad free." A buffer released
 // behind the Counting's back (buf.Release(), as arr.Buffer().Release()
 // would) and then freed through it is refused with ErrFreed, but counted

@@ -108,7 +108,9 @@ func (p *Pinned) Host(buf *cl.Buffer) []byte {
 
 // Free unmaps buf, waiting for the unmap, and releases it. Free(nil) does
 // nothing; a buffer this Pinned did not allocate, or has already freed,
-// returns an error matching ErrFreed and is left alone. Commands that
+// returns an error matching ErrFreed and is left alone; one released
+// behind its back (buf.Release) is forgotten, with an error matching
+// ErrFreed. Commands that
 // transfer to or from the buffer's host bytes must have completed.
 func (p *Pinned) Free(buf *cl.Buffer) error {
 	if buf == nil {
@@ -122,6 +124,9 @@ func (p *Pinned) Free(buf *cl.Buffer) error {
 		return fmt.Errorf("allocator: Pinned.Free: a buffer this allocator did not allocate, or already freed: %w", ErrFreed)
 	}
 	disown(buf)
+	if buf.Released() { // released behind p's back: nothing left to unmap
+		return fmt.Errorf("allocator: Pinned.Free: the %d-byte buffer was released already: %w", buf.Size(), ErrFreed)
+	}
 	err := p.q.UnmapBuffer(buf, host)
 	if err != nil {
 		err = fmt.Errorf("allocator: Pinned.Free: %w", err)

@@ -240,7 +240,7 @@ func (b s32aShortBlock) Offset() int64      { return 0 }
 func (b s32aShortBlock) Size() int64        { return b.size }
 func (b s32aShortBlock) Close() error       { return allocator.Free(b.buf) }
 
-// FAILS: the doc of Alloc: "A call whose allocator panics, or returns a
+// FAILED on a363727: the doc of Alloc: "A call whose allocator panics, or returns a
 // block of fewer bytes than it asked for (the block is closed), fails
 // with an error." A Staging keeps its allocator as an Alloc, but
 // GetPinned, SetPinned and NewPinnedSlice let its panic escape.
@@ -269,7 +269,7 @@ func TestHostileS32aStagingAllocatorPanicEscapes(t *testing.T) {
 
 }
 
-// FAILS: the second half of the same promise of Alloc: a staging
+// FAILED on a363727: the second half of the same promise of Alloc: a staging
 // allocator that returns a block of fewer bytes (Size) than asked for is
 // used all the same: NewPinnedSlice hands out Data that runs past the
 // block into whatever follows it, and GetPinned writes past it.

@@ -61,13 +61,17 @@ func (s *Staging) take(size int64) ([]byte, Block, error) {
 		base, off = bb.Base(), bb.Offset()
 	}
 	host := s.p.Host(base)
-	if int64(len(host)) < off+size {
+	if host == nil {
 		_ = b.Close()
 		return nil, nil, errors.New("the staging allocator's memory is not the pinned memory of the Staging's allocator.Pinned")
 	}
-	if n, ok := b.(interface{ Size() int64 }); ok && n.Size() < size {
+	has := int64(len(host)) - off // a raw buffer's bytes, or at most those past the block's offset
+	if n, ok := b.(interface{ Size() int64 }); ok {
+		has = min(has, n.Size())
+	}
+	if has < size {
 		_ = b.Close()
-		return nil, nil, fmt.Errorf("the staging allocator's block has %d bytes, not the %d asked for: %w", n.Size(), size, cl.ErrInvalidBufferSize)
+		return nil, nil, fmt.Errorf("the staging allocator's block has %d bytes, not the %d asked for: %w", max(has, 0), size, cl.ErrInvalidBufferSize)
 	}
 	return host[off : off+size], b, nil
 }

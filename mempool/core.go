@@ -1,6 +1,7 @@
 package mempool
 
 import (
+	"math"
 	"runtime"
 
 	"github.com/clpool/clpool/cl"
@@ -140,10 +141,15 @@ func (c *core) serveBlock(req *request, b *block) decision {
 
 // reserve counts seg's bytes as managed before they are allocated, so
 // that concurrent misses cannot pass the limit together, and returns it;
-// nil if the limit refuses it. An arena's segment too large for the room
-// the limit leaves shrinks to the room, if need (the request's own
-// block) still fits.
+// nil if the limit refuses it, or if the managed bytes would pass
+// math.MaxInt64 (an allocator that names no device, with no limit, may
+// hand out that much). An arena's segment too large for the room the
+// limit leaves shrinks to the room, if need (the request's own block)
+// still fits.
 func (c *core) reserve(seg *segment, need int64) *segment {
+	if seg.Size > math.MaxInt64-c.l.reserved() {
+		return nil // the pool's sums cannot count it
+	}
 	if room := c.room(); room >= 0 && seg.Size > room {
 		fit := room
 		if c.align > 0 {

@@ -94,7 +94,7 @@ type OutOfMemoryError struct {
 	LargestHeldBin  uint32
 	LargestHeldSize int64 // 0 if nothing is held
 
-	Err error // the allocator's error; nil if the limit refused
+	Err error // the allocator's error; nil if the limit refused (or, with no limit, math.MaxInt64 managed bytes)
 }
 
 // Error says what was asked, what is active and what is held.
@@ -114,10 +114,13 @@ func (e *OutOfMemoryError) Error() string {
 	if e.DeviceTotal > 0 {
 		s += fmt.Sprintf(", device total %d", e.DeviceTotal)
 	}
-	if e.Err != nil {
+	switch {
+	case e.Err != nil:
 		s += ": " + e.Err.Error()
-	} else {
+	case e.Limit > 0:
 		s += ": over the pool's limit"
+	default: // no limit, no device error: the managed bytes would pass what an int64 counts
+		s += ": over the most bytes the pool can count (math.MaxInt64)"
 	}
 	return s
 }

@@ -864,7 +864,7 @@ func TestHostileS32bSetLimitFreesLargestFirst(t *testing.T) {
 	require.NoError(t, f.pool.SetLimit(0))
 }
 
-// FAILS: a request refused by a closed pool changes its figures: On(q2)
+// FAILED on a363727: a request refused by a closed pool changes its figures: On(q2)
 // on a closed pool, whose Allocate returns ErrPoolClosed, registers q2 as
 // one of the pool's queues (Stats.Queues, the metrics' queue series),
 // though Close has already released every queue's state (qstate.release)

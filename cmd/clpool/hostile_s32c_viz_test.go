@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// FAILS: the segments' analogue of s30's
+// FAILED on a363727: the segments' analogue of s30's
 // TestHostileS30VizPeakActiveWrapsOnHugeBlocks, which was fixed for the
 // blocks' live bytes only. viz's page sums a trace's segment bytes (ops
 // A and F) in a plain int64 (viz.go, tracePage: segBytes += ev.Size),

@@ -48,7 +48,7 @@ func value(m *dto.Metric) float64 {
 	return 0
 }
 
-// FAILS: Pool.ResetAccumulated leaves every queue's totals as they were,
+// FAILED on a363727: Pool.ResetAccumulated leaves every queue's totals as they were,
 // while the package doc of metrics says "Pool.ResetAccumulated sets the
 // totals back to zero; Prometheus takes that as a counter reset". After
 // it, clpool_hits_total is 0 and clpool_queue_hits_total of the only
