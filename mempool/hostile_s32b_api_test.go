@@ -27,6 +27,16 @@ func s32bPolicies(t *testing.T, f func(t *testing.T, arena bool)) {
 	}
 }
 
+// s32bCaps runs f under a limit of the pool's and under an
+// allocator.Budget (by), with exact bins and the arena.
+func s32bCaps(t *testing.T, f func(t *testing.T, by string, arena bool)) {
+	for _, by := range []string{"limit", "budget"} {
+		t.Run(by, func(t *testing.T) {
+			s32bPolicies(t, func(t *testing.T, arena bool) { f(t, by, arena) })
+		})
+	}
+}
+
 // s32bCheckSnapshot checks that Snapshot agrees with Stats taken right
 // after it (the pool being idle).
 func s32bCheckSnapshot(t *testing.T, p *mempool.Pool) {
@@ -143,41 +153,37 @@ func TestHostileS32bCloseWithBuffersOpen(t *testing.T) {
 // PASSES (exploration, found nothing): A limit: OOM counts, retries, and the error's figures.
 func TestHostileS32bLimitOOMCounts(t *testing.T) {
 	cltest.Watchdog(t, 60*time.Second)
-	for _, by := range []string{"limit", "budget"} {
-		t.Run(by, func(t *testing.T) {
-			s32bPolicies(t, func(t *testing.T, arena bool) {
-				const total = 4 << 20
-				f := newCappedFixture(t, by, total, nil, policyOptions(arena)...)
-				a, err := f.pool.Allocate(3 << 20)
-				require.NoError(t, err)
-				before := f.pool.Stats()
-				_, err = f.pool.Allocate(3 << 20)
-				require.ErrorIs(t, err, mempool.ErrOutOfMemory)
-				var oom *mempool.OutOfMemoryError
-				require.ErrorAs(t, err, &oom)
-				after := f.pool.Stats()
-				assert.Equal(t, before.OOMs+1, after.OOMs, "one refusal, one OOM")
-				assert.Equal(t, int64(3<<20), oom.Requested)
-				assert.Equal(t, after.ActiveBlocks, oom.ActiveBlocks)
-				assert.Equal(t, after.ManagedBytes, oom.ManagedBytes)
-				assert.Equal(t, after.HeldBytes, oom.HeldBytes)
-				if by == "limit" {
-					assert.Equal(t, int64(total), oom.Limit)
-					assert.Nil(t, errors.Unwrap(oom), "the limit's refusal wraps nil")
-				} else {
-					assert.NotNil(t, errors.Unwrap(oom), "the device's refusal wraps its error")
-				}
-				s32bCheckSnapshot(t, f.pool)
-				require.NoError(t, a.Close())
-				// Now it fits once the held block goes.
-				b, err := f.pool.Allocate(3<<20 + 4096)
-				require.NoError(t, err, "a held block is freed to make room")
-				s32bCheckSnapshot(t, f.pool)
-				require.NoError(t, b.Close())
-				assert.Equal(t, after.OOMs, f.pool.Stats().OOMs)
-			})
-		})
-	}
+	s32bCaps(t, func(t *testing.T, by string, arena bool) {
+		const total = 4 << 20
+		f := newCappedFixture(t, by, total, nil, policyOptions(arena)...)
+		a, err := f.pool.Allocate(3 << 20)
+		require.NoError(t, err)
+		before := f.pool.Stats()
+		_, err = f.pool.Allocate(3 << 20)
+		require.ErrorIs(t, err, mempool.ErrOutOfMemory)
+		var oom *mempool.OutOfMemoryError
+		require.ErrorAs(t, err, &oom)
+		after := f.pool.Stats()
+		assert.Equal(t, before.OOMs+1, after.OOMs, "one refusal, one OOM")
+		assert.Equal(t, int64(3<<20), oom.Requested)
+		assert.Equal(t, after.ActiveBlocks, oom.ActiveBlocks)
+		assert.Equal(t, after.ManagedBytes, oom.ManagedBytes)
+		assert.Equal(t, after.HeldBytes, oom.HeldBytes)
+		if by == "limit" {
+			assert.Equal(t, int64(total), oom.Limit)
+			assert.Nil(t, errors.Unwrap(oom), "the limit's refusal wraps nil")
+		} else {
+			assert.NotNil(t, errors.Unwrap(oom), "the device's refusal wraps its error")
+		}
+		s32bCheckSnapshot(t, f.pool)
+		require.NoError(t, a.Close())
+		// Now it fits once the held block goes.
+		b, err := f.pool.Allocate(3<<20 + 4096)
+		require.NoError(t, err, "a held block is freed to make room")
+		s32bCheckSnapshot(t, f.pool)
+		require.NoError(t, b.Close())
+		assert.Equal(t, after.OOMs, f.pool.Stats().OOMs)
+	})
 }
 
 // PASSES (exploration, found nothing): SetLimit below what the pool manages frees held segments
@@ -371,26 +377,22 @@ func TestHostileS32bOtherAllocatorErrors(t *testing.T) {
 // figures agree with Snapshot; the quarantine counts as held.
 func TestHostileS32bSanitizerQuarantineUnderLimit(t *testing.T) {
 	cltest.Watchdog(t, 60*time.Second)
-	for _, by := range []string{"limit", "budget"} {
-		t.Run(by, func(t *testing.T) {
-			s32bPolicies(t, func(t *testing.T, arena bool) {
-				opts := append(policyOptions(arena), mempool.WithSanitizer(), mempool.WithSanitizerOutput(nil))
-				f := newCappedFixture(t, by, 4<<20, nil, opts...)
-				a, err := f.pool.Allocate(3 << 20)
-				require.NoError(t, err)
-				require.NoError(t, a.Close()) // quarantined
-				st := f.pool.Stats()
-				assert.GreaterOrEqual(t, st.HeldBytes, int64(3<<20), "the quarantine counts as held")
-				s32bCheckSnapshot(t, f.pool)
-				b, err := f.pool.Allocate(3<<20 + 100)
-				require.NoError(t, err, "the quarantine's block is given up for a request that needs its room")
-				s32bCheckSnapshot(t, f.pool)
-				require.NoError(t, b.Close())
-				assert.Empty(t, f.pool.Findings())
-				s32bCheckSnapshot(t, f.pool)
-			})
-		})
-	}
+	s32bCaps(t, func(t *testing.T, by string, arena bool) {
+		opts := append(policyOptions(arena), mempool.WithSanitizer(), mempool.WithSanitizerOutput(nil))
+		f := newCappedFixture(t, by, 4<<20, nil, opts...)
+		a, err := f.pool.Allocate(3 << 20)
+		require.NoError(t, err)
+		require.NoError(t, a.Close()) // quarantined
+		st := f.pool.Stats()
+		assert.GreaterOrEqual(t, st.HeldBytes, int64(3<<20), "the quarantine counts as held")
+		s32bCheckSnapshot(t, f.pool)
+		b, err := f.pool.Allocate(3<<20 + 100)
+		require.NoError(t, err, "the quarantine's block is given up for a request that needs its room")
+		s32bCheckSnapshot(t, f.pool)
+		require.NoError(t, b.Close())
+		assert.Empty(t, f.pool.Findings())
+		s32bCheckSnapshot(t, f.pool)
+	})
 }
 
 // PASSES (exploration, found nothing): The sanitizer finds a write past the request, and its figures
@@ -509,35 +511,31 @@ func (*nopWriter) Write(b []byte) (int, error) { return len(b), nil }
 // byte more than the limit fails at once, counted once.
 func TestHostileS32bRequestAtTheLimit(t *testing.T) {
 	cltest.Watchdog(t, 60*time.Second)
-	for _, by := range []string{"limit", "budget"} {
-		t.Run(by, func(t *testing.T) {
-			s32bPolicies(t, func(t *testing.T, arena bool) {
-				const limit = 1<<20 + 8192
-				f := newCappedFixture(t, by, limit, nil, policyOptions(arena)...)
-				sizes := []int64{1<<20 + 1, limit - 4096, limit}
-				if !arena {
-					// Exact bins' own block is the bin's AllocSize
-					// (1114111 bytes here): PyOpenCL's, and the doc's
-					// "own block" (see the report).
-					sizes = []int64{960 << 10, 1000, limit / 2}
-				}
-				for _, n := range sizes {
-					b, err := f.pool.Allocate(n)
-					if !assert.NoError(t, err, "a %d-byte request under a %d-byte limit", n, limit) {
-						continue
-					}
-					s32bCheckSnapshot(t, f.pool)
-					require.NoError(t, b.Close())
-				}
-				before := f.pool.Stats()
-				_, err := f.pool.Allocate(limit + 1)
-				assert.ErrorIs(t, err, mempool.ErrOutOfMemory)
-				after := f.pool.Stats()
-				assert.Equal(t, before.OOMs+1, after.OOMs)
-				s32bCheckSnapshot(t, f.pool)
-			})
-		})
-	}
+	s32bCaps(t, func(t *testing.T, by string, arena bool) {
+		const limit = 1<<20 + 8192
+		f := newCappedFixture(t, by, limit, nil, policyOptions(arena)...)
+		sizes := []int64{1<<20 + 1, limit - 4096, limit}
+		if !arena {
+			// Exact bins' own block is the bin's AllocSize
+			// (1114111 bytes here): PyOpenCL's, and the doc's
+			// "own block" (see the report).
+			sizes = []int64{960 << 10, 1000, limit / 2}
+		}
+		for _, n := range sizes {
+			b, err := f.pool.Allocate(n)
+			if !assert.NoError(t, err, "a %d-byte request under a %d-byte limit", n, limit) {
+				continue
+			}
+			s32bCheckSnapshot(t, f.pool)
+			require.NoError(t, b.Close())
+		}
+		before := f.pool.Stats()
+		_, err := f.pool.Allocate(limit + 1)
+		assert.ErrorIs(t, err, mempool.ErrOutOfMemory)
+		after := f.pool.Stats()
+		assert.Equal(t, before.OOMs+1, after.OOMs)
+		s32bCheckSnapshot(t, f.pool)
+	})
 }
 
 // PASSES (exploration, found nothing): After StopHolding every block given back whose segment is then
@@ -669,51 +667,47 @@ func TestHostileS32bLimitsRacingRequests(t *testing.T) {
 // no OOM.
 func TestHostileS32bFullPoolServesFromWaitingBlocks(t *testing.T) {
 	cltest.Watchdog(t, 60*time.Second)
-	for _, by := range []string{"limit", "budget"} {
-		t.Run(by, func(t *testing.T) {
-			s32bPolicies(t, func(t *testing.T, arena bool) {
-				const limit = 512 << 10
-				f := newCappedFixture(t, by, limit, nil, policyOptions(arena)...)
-				q2 := cltest.SecondQueue(t, f.q, 0)
-				q3 := cltest.SecondQueue(t, f.q, 0)
-				ons := []*mempool.QueueAllocator{f.pool.On(f.q), f.pool.On(q2), nil}
-				for round, sizes := range [][]int64{{512, 4096, 30000}, {32 << 10}, {4 << 10}, {100}} {
-					var live []*mempool.PooledBuffer
-					for i := 0; ; i++ {
-						n := sizes[i%len(sizes)]
-						var b *mempool.PooledBuffer
-						var err error
-						if on := ons[i%3]; on != nil {
-							b, err = on.Allocate(n)
-						} else {
-							b, err = f.pool.Allocate(n)
-						}
-						if err != nil {
-							require.ErrorIs(t, err, mempool.ErrOutOfMemory)
-							break
-						}
-						live = append(live, b)
-						if i > 10000 {
-							t.Fatal("no limit?")
-						}
-					}
-					for _, b := range live {
-						require.NoError(t, b.Close())
-					}
-					s32bCheckSnapshot(t, f.pool)
-					oomsBefore := f.pool.Stats().OOMs
-					for _, n := range []int64{400 << 10, 200 << 10, 300 << 10} {
-						b, err := f.pool.On(q3).Allocate(n)
-						if assert.NoError(t, err, "round %d: a %d-byte request in an idle full pool under a %d-byte %s", round, n, limit, by) {
-							require.NoError(t, b.Close())
-						}
-					}
-					assert.Equal(t, oomsBefore, f.pool.Stats().OOMs)
-					s32bCheckSnapshot(t, f.pool)
+	s32bCaps(t, func(t *testing.T, by string, arena bool) {
+		const limit = 512 << 10
+		f := newCappedFixture(t, by, limit, nil, policyOptions(arena)...)
+		q2 := cltest.SecondQueue(t, f.q, 0)
+		q3 := cltest.SecondQueue(t, f.q, 0)
+		ons := []*mempool.QueueAllocator{f.pool.On(f.q), f.pool.On(q2), nil}
+		for round, sizes := range [][]int64{{512, 4096, 30000}, {32 << 10}, {4 << 10}, {100}} {
+			var live []*mempool.PooledBuffer
+			for i := 0; ; i++ {
+				n := sizes[i%len(sizes)]
+				var b *mempool.PooledBuffer
+				var err error
+				if on := ons[i%3]; on != nil {
+					b, err = on.Allocate(n)
+				} else {
+					b, err = f.pool.Allocate(n)
 				}
-			})
-		})
-	}
+				if err != nil {
+					require.ErrorIs(t, err, mempool.ErrOutOfMemory)
+					break
+				}
+				live = append(live, b)
+				if i > 10000 {
+					t.Fatal("no limit?")
+				}
+			}
+			for _, b := range live {
+				require.NoError(t, b.Close())
+			}
+			s32bCheckSnapshot(t, f.pool)
+			oomsBefore := f.pool.Stats().OOMs
+			for _, n := range []int64{400 << 10, 200 << 10, 300 << 10} {
+				b, err := f.pool.On(q3).Allocate(n)
+				if assert.NoError(t, err, "round %d: a %d-byte request in an idle full pool under a %d-byte %s", round, n, limit, by) {
+					require.NoError(t, b.Close())
+				}
+			}
+			assert.Equal(t, oomsBefore, f.pool.Stats().OOMs)
+			s32bCheckSnapshot(t, f.pool)
+		}
+	})
 }
 
 // PASSES (exploration, found nothing): Under a limit that a dropped buffer's block fills, the ladder's
@@ -721,27 +715,23 @@ func TestHostileS32bFullPoolServesFromWaitingBlocks(t *testing.T) {
 // reclaim, no OOM, at least one retry.
 func TestHostileS32bLadderCollectsDropped(t *testing.T) {
 	cltest.Watchdog(t, 60*time.Second)
-	for _, by := range []string{"limit", "budget"} {
-		t.Run(by, func(t *testing.T) {
-			s32bPolicies(t, func(t *testing.T, arena bool) {
-				f := newCappedFixture(t, by, 3<<20, nil, policyOptions(arena)...)
-				q2 := cltest.SecondQueue(t, f.q, 0)
-				func() {
-					_, err := f.pool.On(f.q).Allocate(2 << 20)
-					require.NoError(t, err)
-				}()
-				b, err := f.pool.On(q2).Allocate(2<<20 + 5000)
-				require.NoError(t, err, "the dropped buffer comes back for the request")
-				st := f.pool.Stats()
-				assert.Equal(t, int64(1), st.Reclaimed)
-				assert.Zero(t, st.OOMs)
-				assert.NotZero(t, st.OOMRetries)
-				s32bCheckSnapshot(t, f.pool)
-				require.NoError(t, b.Close())
-				s32bCheckSnapshot(t, f.pool)
-			})
-		})
-	}
+	s32bCaps(t, func(t *testing.T, by string, arena bool) {
+		f := newCappedFixture(t, by, 3<<20, nil, policyOptions(arena)...)
+		q2 := cltest.SecondQueue(t, f.q, 0)
+		func() {
+			_, err := f.pool.On(f.q).Allocate(2 << 20)
+			require.NoError(t, err)
+		}()
+		b, err := f.pool.On(q2).Allocate(2<<20 + 5000)
+		require.NoError(t, err, "the dropped buffer comes back for the request")
+		st := f.pool.Stats()
+		assert.Equal(t, int64(1), st.Reclaimed)
+		assert.Zero(t, st.OOMs)
+		assert.NotZero(t, st.OOMRetries)
+		s32bCheckSnapshot(t, f.pool)
+		require.NoError(t, b.Close())
+		s32bCheckSnapshot(t, f.pool)
+	})
 }
 
 // PASSES (exploration, found nothing): An SVM pool: the ladder under an SVM budget and under a limit,
@@ -749,45 +739,41 @@ func TestHostileS32bLadderCollectsDropped(t *testing.T) {
 // queue, then is freed), figures agreeing throughout.
 func TestHostileS32bSVMLifecycleUnderLimit(t *testing.T) {
 	cltest.Watchdog(t, 60*time.Second)
-	for _, by := range []string{"limit", "budget"} {
-		t.Run(by, func(t *testing.T) {
-			s32bPolicies(t, func(t *testing.T, arena bool) {
-				opts := policyOptions(arena)
-				var wrap func(allocator.SVMAllocator) allocator.SVMAllocator
-				if by == "limit" {
-					opts = append(opts, mempool.WithLimit(4<<20))
-				} else {
-					wrap = func(a allocator.SVMAllocator) allocator.SVMAllocator { return allocator.NewSVMBudget(a, 4<<20) }
-				}
-				f := newSVMFixture(t, false, wrap, opts...)
-				q2 := cltest.SecondQueue(t, f.q, 0)
-				k := buildFill(t, f.q)
-				a, err := f.pool.On(f.q).Allocate(3 << 20)
-				require.NoError(t, err)
-				require.NoError(t, a.Close())
-				b, err := f.pool.On(q2).Allocate(3<<20 + 4096)
-				require.NoError(t, err, "the held block goes for the request")
-				s32bCheckSnapshot(t, f.pool)
-				_, err = f.pool.On(f.q).Allocate(2 << 20)
-				require.ErrorIs(t, err, mempool.ErrOutOfMemory)
-				c, err := f.pool.On(f.q).Allocate(1000)
-				require.NoError(t, err)
-				require.NoError(t, k.SetArgSVMPointer(0, c.SVM(), c.Offset()))
-				require.NoError(t, k.SetArg(1, int32(7)))
-				ev, err := f.q.EnqueueNDRangeKernel(k, nil, []int{250}, nil)
-				require.NoError(t, err)
-				_ = ev.Release()
-				s32bCheckSnapshot(t, f.pool)
-				require.NoError(t, f.pool.Close())
-				require.NoError(t, c.Close())
-				require.NoError(t, b.Close())
-				st := f.pool.Stats()
-				assert.Zero(t, st.ManagedBytes)
-				assert.Equal(t, st.DeviceAllocs, st.DeviceFrees)
-				s32bCheckSnapshot(t, f.pool)
-			})
-		})
-	}
+	s32bCaps(t, func(t *testing.T, by string, arena bool) {
+		opts := policyOptions(arena)
+		var wrap func(allocator.SVMAllocator) allocator.SVMAllocator
+		if by == "limit" {
+			opts = append(opts, mempool.WithLimit(4<<20))
+		} else {
+			wrap = func(a allocator.SVMAllocator) allocator.SVMAllocator { return allocator.NewSVMBudget(a, 4<<20) }
+		}
+		f := newSVMFixture(t, false, wrap, opts...)
+		q2 := cltest.SecondQueue(t, f.q, 0)
+		k := buildFill(t, f.q)
+		a, err := f.pool.On(f.q).Allocate(3 << 20)
+		require.NoError(t, err)
+		require.NoError(t, a.Close())
+		b, err := f.pool.On(q2).Allocate(3<<20 + 4096)
+		require.NoError(t, err, "the held block goes for the request")
+		s32bCheckSnapshot(t, f.pool)
+		_, err = f.pool.On(f.q).Allocate(2 << 20)
+		require.ErrorIs(t, err, mempool.ErrOutOfMemory)
+		c, err := f.pool.On(f.q).Allocate(1000)
+		require.NoError(t, err)
+		require.NoError(t, k.SetArgSVMPointer(0, c.SVM(), c.Offset()))
+		require.NoError(t, k.SetArg(1, int32(7)))
+		ev, err := f.q.EnqueueNDRangeKernel(k, nil, []int{250}, nil)
+		require.NoError(t, err)
+		_ = ev.Release()
+		s32bCheckSnapshot(t, f.pool)
+		require.NoError(t, f.pool.Close())
+		require.NoError(t, c.Close())
+		require.NoError(t, b.Close())
+		st := f.pool.Stats()
+		assert.Zero(t, st.ManagedBytes)
+		assert.Equal(t, st.DeviceAllocs, st.DeviceFrees)
+		s32bCheckSnapshot(t, f.pool)
+	})
 }
 
 // PASSES (exploration, found nothing): A sanitized pool closed with blocks open: each is a
