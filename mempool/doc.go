@@ -198,8 +198,10 @@
 //     its bin's block size, as PyOpenCL allocates: a request of 1 MiB
 //     takes 1,114,111 bytes);
 //  7. Allocate returns an *OutOfMemoryError that says where the memory is,
-//     wraps the allocator's error (nil for the limit's) and matches
-//     ErrOutOfMemory (the same value as allocator.ErrOutOfMemory).
+//     wraps the allocator's error (nil for the limit's, and for a segment
+//     that would take the managed bytes past math.MaxInt64, which the
+//     pool cannot count) and matches ErrOutOfMemory (the same value as
+//     allocator.ErrOutOfMemory).
 //
 // From the first refusal on, every retry takes any free block that fits:
 // an arena's placement rules (an own segment's blocks kept for large
