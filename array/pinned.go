@@ -60,6 +60,10 @@ func (s *Staging) take(size int64) ([]byte, Block, error) {
 	if bb, ok := b.(Based); ok {
 		base, off = bb.Base(), bb.Offset()
 	}
+	if off < 0 {
+		_ = b.Close()
+		return nil, nil, fmt.Errorf("the staging allocator's block is at byte offset %d: %w", off, cl.ErrInvalidValue)
+	}
 	host := s.p.Host(base)
 	if host == nil {
 		_ = b.Close()

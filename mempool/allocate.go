@@ -29,7 +29,8 @@ func (r *request) need() int64 { return r.size + r.guard }
 // WithArena, a block cut from a segment. Allocate(0) returns a real block
 // (1 byte with bins, the arena's smallest block with it). A negative size
 // is an error, and changes nothing; a size over the device's largest
-// buffer is an *OutOfMemoryError at once, counted and told to the hooks.
+// buffer (over an allocator that names no device, over 2^60 bytes) is an
+// *OutOfMemoryError at once, counted and told to the hooks.
 //
 // Near the device's largest buffer (MaxMemAllocSize), the block a policy
 // would make can pass the limit while the request does not: such a request

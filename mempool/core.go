@@ -141,16 +141,17 @@ func (c *core) serveBlock(req *request, b *block) decision {
 
 // reserve counts seg's bytes as managed before they are allocated, so
 // that concurrent misses cannot pass the limit together, and returns it;
-// nil if the limit refuses it, or if the managed bytes would pass
-// math.MaxInt64 (an allocator that names no device, with no limit, may
-// hand out that much). An arena's segment too large for the room the
-// limit leaves shrinks to the room, if need (the request's own block)
-// still fits.
+// nil if the limit refuses it, or, with no limit, if the managed bytes
+// would pass math.MaxInt64 (an allocator that names no device may hand
+// out that much). An arena's segment too large for the room the limit
+// leaves shrinks to the room, if need (the request's own block) still
+// fits (a limit's room is within math.MaxInt64 too).
 func (c *core) reserve(seg *segment, need int64) *segment {
-	if seg.Size > math.MaxInt64-c.l.reserved() {
+	room := c.room()
+	if room < 0 && seg.Size > math.MaxInt64-c.l.reserved() {
 		return nil // the pool's sums cannot count it
 	}
-	if room := c.room(); room >= 0 && seg.Size > room {
+	if room >= 0 && seg.Size > room {
 		fit := room
 		if c.align > 0 {
 			fit &^= c.align - 1
