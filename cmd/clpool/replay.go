@@ -61,7 +61,7 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	defer q.Release()
 	prog := newProgress(stderr)
-	fmt.Fprintf(stderr, "%s: %d events (%d allocations, peak %d live bytes, plan %d bytes) on %s\n", path, len(events), sum.Allocs, sum.PeakLiveBytes, plan.Size, q.Device().StableName())
+	fmt.Fprintf(stderr, "%s: %d events (%d allocations, peak %s live bytes, plan %s bytes) on %s\n", path, len(events), sum.Allocs, atLeast(sum.PeakLiveBytes), atLeast(plan.Size), q.Device().StableName())
 	if sum.SegmentAllocs > 0 {
 		fmt.Fprintf(stderr, "the pool that recorded it: %d device allocations, peak %d managed bytes\n", sum.SegmentAllocs, sum.PeakSegmentBytes)
 	}
@@ -252,4 +252,13 @@ func (rp *replayer) close() {
 	if rp.pool != nil {
 		rp.pool.Close()
 	}
+}
+
+// atLeast formats n bytes, saying "or more" of math.MaxInt64, where
+// trace.Summarize and trace.Plan saturate.
+func atLeast(n int64) string {
+	if n == math.MaxInt64 {
+		return fmt.Sprintf("%d or more", n)
+	}
+	return fmt.Sprint(n)
 }
