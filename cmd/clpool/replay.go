@@ -63,7 +63,7 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 	prog := newProgress(stderr)
 	fmt.Fprintf(stderr, "%s: %d events (%d allocations, peak %s live bytes, plan %s bytes) on %s\n", path, len(events), sum.Allocs, atLeast(sum.PeakLiveBytes), atLeast(plan.Size), q.Device().StableName())
 	if sum.SegmentAllocs > 0 {
-		fmt.Fprintf(stderr, "the pool that recorded it: %d device allocations, peak %d managed bytes\n", sum.SegmentAllocs, sum.PeakSegmentBytes)
+		fmt.Fprintf(stderr, "the pool that recorded it: %d device allocations, peak %s managed bytes\n", sum.SegmentAllocs, atLeast(sum.PeakSegmentBytes))
 	}
 
 	rs := make([]*replayer, 0, len(names))
