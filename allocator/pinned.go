@@ -110,8 +110,8 @@ func (p *Pinned) Host(buf *cl.Buffer) []byte {
 // nothing; a buffer this Pinned did not allocate, or has already freed,
 // returns an error matching ErrFreed and is left alone; one released
 // behind its back (buf.Release) is forgotten, with an error matching
-// ErrFreed. Commands that
-// transfer to or from the buffer's host bytes must have completed.
+// ErrFreed. Commands that transfer to or from the buffer's host bytes
+// must have completed.
 func (p *Pinned) Free(buf *cl.Buffer) error {
 	if buf == nil {
 		return nil

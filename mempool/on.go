@@ -26,7 +26,9 @@ type QueueAllocator struct {
 // back on q are reused on q with no OpenCL call (q in order); a block
 // last used on another queue is handed over after the commands that may
 // still use it (see the package doc). q must be of the pool's context;
-// the pool does not retain it: keep it until the pool is closed.
+// the pool does not retain it: keep it until the pool is closed. On a
+// closed pool, On of a queue the pool does not know registers nothing:
+// its allocator's Allocate returns ErrPoolClosed, as the pool's does.
 //
 // QueueName names q, for the queue's figures (QueueStats.Name) and the
 // queue label of package metrics:
