@@ -124,11 +124,17 @@ func (p *Pinned) Free(buf *cl.Buffer) error {
 		return fmt.Errorf("allocator: Pinned.Free: a buffer this allocator did not allocate, or already freed: %w", ErrFreed)
 	}
 	disown(buf)
-	if buf.Released() { // released behind p's back: nothing left to unmap
+	released := func() error {
 		return fmt.Errorf("allocator: Pinned.Free: the %d-byte buffer was released already: %w", buf.Size(), ErrFreed)
+	}
+	if buf.Released() { // released behind p's back: nothing left to unmap
+		return released()
 	}
 	err := p.q.UnmapBuffer(buf, host)
 	if err != nil {
+		if buf.Released() { // released behind p's back while it unmapped
+			return released()
+		}
 		err = fmt.Errorf("allocator: Pinned.Free: %w", err)
 	}
 	// Released even if the unmap failed: it is of no use to anyone now.
