@@ -110,7 +110,10 @@ func TestHostileS32eConcurrentNearMaxInt64(t *testing.T) {
 				assert.Nil(t, oom.Err)
 				assert.Zero(t, oom.Limit)
 				assert.Contains(t, err.Error(), "over the most bytes the pool can count")
-				assert.Equal(t, s.ManagedBytes, oom.ManagedBytes)
+				// At most the end's: the other goroutine's last segment may
+				// have been in flight (reserved, not yet managed) then.
+				assert.LessOrEqual(t, oom.ManagedBytes, s.ManagedBytes)
+				assert.Greater(t, oom.ManagedBytes, int64(0))
 			}
 			assert.Equal(t, int64(len(errs)), s.OOMs)
 			assert.Equal(t, int64(len(bs)+len(errs)), s.Misses)
