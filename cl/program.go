@@ -22,11 +22,20 @@ type Program struct {
 	released atomic.Bool
 }
 
+// argInfoOption makes the runtime keep its kernels' argument
+// information (clGetKernelArgInfo), which SetArg checks against.
+const argInfoOption = "-cl-kernel-arg-info"
+
 // BuildProgram compiles source for every device of the context, with
 // compiler options such as "-cl-fast-relaxed-math" (may be empty). A program
 // that does not compile returns a *BuildError that holds the build log and
 // matches ErrBuildProgramFailure. A source with a NUL byte is refused with
 // ErrInvalidValue, options with one with ErrInvalidBuildOptions.
+//
+// It adds -cl-kernel-arg-info to the options (a runtime that refuses it
+// builds without), so that the runtime tells its kernels' argument
+// qualifiers and SetArg can refuse what would crash it: a number for a
+// memory argument, local memory for another (see Kernel.SetArg).
 func (c *Context) BuildProgram(source, options string) (*Program, error) {
 	cid, err := c.handle("clCreateProgramWithSource")
 	if err != nil {
@@ -58,7 +67,12 @@ func (c *Context) BuildProgram(source, options string) (*Program, error) {
 	for i, d := range c.devices {
 		ids[i] = d.id
 	}
-	code = C.clBuildProgram(id, C.cl_uint(len(ids)), &ids[0], copts, nil, nil)
+	withInfo := C.CString(options + " " + argInfoOption)
+	defer C.free(unsafe.Pointer(withInfo))
+	code = C.clBuildProgram(id, C.cl_uint(len(ids)), &ids[0], withInfo, nil, nil)
+	if Status(code) == ErrInvalidBuildOptions { // a runtime without it (OpenCL 1.1), or the caller's options
+		code = C.clBuildProgram(id, C.cl_uint(len(ids)), &ids[0], copts, nil, nil)
+	}
 	if err := callErr("clBuildProgram", int32(code)); err != nil {
 		log := p.buildLog()
 		C.clReleaseProgram(id)
@@ -119,6 +133,11 @@ type Kernel struct {
 	local    []int64   // the bytes of the local-memory arguments set, by index (0: none)
 	staticOn *Device   // the device static was asked for; nil if none yet
 	static   int64     // the local memory the kernel asks of staticOn with no local-memory argument set
+	// The buffers and SVM set as arguments, by index (nil: none), so that
+	// an enqueue refuses one released or freed since (the runtime would
+	// use a dangling handle: POCL aborts the process).
+	bufs []*Buffer
+	svms []*SVM
 }
 
 // argQual is what SetArg knows of an argument's address qualifier.
@@ -128,7 +147,8 @@ const (
 	qualUnasked argQual = iota // not asked yet
 	qualUnknown                // the runtime does not say (no kernel-argument info)
 	qualLocal                  // __local
-	qualOther                  // any other
+	qualGlobal                 // __global or __constant: a pointer to memory
+	qualOther                  // any other (__private: a value)
 )
 
 // maxArgIndex bounds the arguments a Kernel keeps what it knows of: past
@@ -183,6 +203,11 @@ type LocalMem int
 // int8/uint8/int16/uint16/int32/uint32/int64/uint64, float32, float64
 // (char ... double), and LocalMem (__local memory of that size).
 // A buffer must belong to the kernel's context (else ErrInvalidMemObject).
+// Where the runtime tells the arguments' qualifiers (programs built by
+// BuildProgram), a number for a __global or __constant argument is
+// refused with ErrInvalidMemObject, and LocalMem as LocalMem says. An
+// enqueue of the kernel after a buffer argument was released (or an SVM
+// argument freed) is refused with ErrInvalidMemObject (ErrInvalidValue).
 func (k *Kernel) SetArg(i int, v any) error {
 	const call = "clSetKernelArg"
 	if k == nil || k.released.Load() {
@@ -246,7 +271,7 @@ func (k *Kernel) SetArg(i int, v any) error {
 	if code != 0 {
 		return &CallError{Call: call, Status: Status(code), Detail: fmt.Sprintf("argument %d of %s (%T)", i, k.name, v)}
 	}
-	k.noteLocal(i, v)
+	k.noteArg(i, v)
 	return nil
 }
 
@@ -260,6 +285,10 @@ func (k *Kernel) checkQualifier(call string, i int, v any) error {
 	q := k.qualifier(i)
 	_, local := v.(LocalMem)
 	switch {
+	case q == qualGlobal && isNumber(v):
+		// The runtime would take the number for a memory object's
+		// handle (POCL dereferences it).
+		return misuse(call, ErrInvalidMemObject, fmt.Sprintf("argument %d of %s: a %T for a __global or __constant pointer (want *Buffer or *SVM)", i, k.name, v))
 	case q == qualUnknown || local == (q == qualLocal):
 		return nil
 	case local:
@@ -267,6 +296,15 @@ func (k *Kernel) checkQualifier(call string, i int, v any) error {
 	default:
 		return misuse(call, ErrInvalidArgValue, fmt.Sprintf("argument %d of %s: a %T for a __local argument (want LocalMem)", i, k.name, v))
 	}
+}
+
+// isNumber reports whether v is one of the numbers SetArg takes.
+func isNumber(v any) bool {
+	switch v.(type) {
+	case int8, uint8, int16, uint16, int32, uint32, int64, uint64, float32, float64:
+		return true
+	}
+	return false
 }
 
 // qualifier returns argument i's address qualifier, asked of the runtime
@@ -290,6 +328,8 @@ func (k *Kernel) qualifier(i int) argQual {
 	case code != 0: // no info, or no argument i: clSetKernelArg answers
 	case aq == C.CL_KERNEL_ARG_ADDRESS_LOCAL:
 		q = qualLocal
+	case aq == C.CL_KERNEL_ARG_ADDRESS_GLOBAL || aq == C.CL_KERNEL_ARG_ADDRESS_CONSTANT:
+		q = qualGlobal
 	default:
 		q = qualOther
 	}
@@ -302,12 +342,14 @@ func (k *Kernel) qualifier(i int) argQual {
 	return q
 }
 
-// noteLocal notes the local memory argument i of k now takes: v's bytes if
-// it is LocalMem, else none.
-func (k *Kernel) noteLocal(i int, v any) {
+// noteArg notes what argument i of k now is: the local memory it takes
+// (v's bytes if it is LocalMem, else none), and the buffer or SVM it
+// points to, if any (see argsLive).
+func (k *Kernel) noteArg(i int, v any) {
 	n, ok := v.(LocalMem)
 	switch {
 	case i >= maxArgIndex: // i is a cl_uint, as SetArg checked
+		return
 	case ok:
 		if i >= len(k.local) {
 			k.local = append(k.local, make([]int64, i+1-len(k.local))...)
@@ -316,6 +358,37 @@ func (k *Kernel) noteLocal(i int, v any) {
 	case i < len(k.local):
 		k.local[i] = 0
 	}
+	b, _ := v.(*Buffer)
+	s, _ := v.(*SVM)
+	if (b != nil || s != nil) && i >= len(k.bufs) {
+		k.bufs = append(k.bufs, make([]*Buffer, i+1-len(k.bufs))...)
+		k.svms = append(k.svms, make([]*SVM, i+1-len(k.svms))...)
+	}
+	if i < len(k.bufs) {
+		k.bufs[i], k.svms[i] = b, s
+	}
+}
+
+// argsLive refuses, for call, an enqueue of k with a buffer argument
+// released, or an SVM argument freed, since it was set.
+func (k *Kernel) argsLive(call string) error {
+	for i, b := range k.bufs {
+		if b != nil && b.Released() {
+			return misuse(call, ErrInvalidMemObject, fmt.Sprintf("argument %d of %s: the buffer was released after SetArg", i, k.name))
+		}
+	}
+	for i, s := range k.svms {
+		if s == nil {
+			continue
+		}
+		s.mu.Lock()
+		freed := s.freed
+		s.mu.Unlock()
+		if freed {
+			return misuse(call, ErrInvalidValue, fmt.Sprintf("argument %d of %s: the SVM was freed after SetArgSVMPointer", i, k.name))
+		}
+	}
+	return nil
 }
 
 // localBytes returns the bytes of k's local-memory arguments, saturated
@@ -436,6 +509,9 @@ func (q *CommandQueue) enqueueNDRange(k *Kernel, globalOffset, global, local []i
 	}
 	if err := k.localOverflow(call, q.Device()); err != nil {
 		return nil, err // the specification's CL_OUT_OF_RESOURCES; POCL aborts the process instead
+	}
+	if err := k.argsLive(call); err != nil {
+		return nil, err
 	}
 	list, n, err := waitList(call, q.ctx, wait)
 	if err != nil {

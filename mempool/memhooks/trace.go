@@ -1,6 +1,7 @@
 package memhooks
 
 import (
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -59,13 +60,14 @@ type TraceRecorder struct {
 
 	// mu protects the fields below. Each event's time is taken under it,
 	// so that the times never go back down the file.
-	mu      sync.Mutex
-	w       *trace.Writer
-	num     numbering   // the blocks', segments' and queues' numbers
-	timer   *time.Timer // the flush to come; nil before the first
-	pending bool        // lines wait for the timer
-	closed  bool        // Close was called
-	err     error       // the first write error
+	mu       sync.Mutex
+	w        *trace.Writer
+	num      numbering   // the blocks', segments' and queues' numbers
+	timer    *time.Timer // the flush to come; nil before the first
+	pending  bool        // lines wait for the timer
+	closed   bool        // Close was called
+	panicked bool        // the writer panicked: nothing more is written (see write)
+	err      error       // the first write error
 }
 
 // TraceOption is an option of NewTraceRecorder, and of NewHistory.
@@ -131,7 +133,7 @@ func (r *TraceRecorder) Handle(e mempool.Event) {
 		return
 	}
 	ev.Time = time.Since(r.start)
-	r.note(r.w.Write(ev))
+	r.write(func() error { return r.w.Write(ev) })
 	if !r.pending && r.every > 0 {
 		r.pending = true
 		if r.timer == nil {
@@ -148,8 +150,26 @@ func (r *TraceRecorder) tick() {
 	defer r.mu.Unlock()
 	r.pending = false
 	if !r.closed {
-		r.note(r.w.Flush())
+		r.write(r.w.Flush)
 	}
+}
+
+// write calls f, a write to the trace, and keeps its error (note). A
+// writer that panics fails it too, rather than the program (the timer's
+// goroutine has no one to recover it): the recorder then writes nothing
+// more, since its writer may hold lines it would write again. r.mu must
+// be held.
+func (r *TraceRecorder) write(f func() error) {
+	if r.panicked {
+		return
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			r.panicked = true
+			r.note(fmt.Errorf("memhooks: the trace's writer panicked: %v", v))
+		}
+	}()
+	r.note(f())
 }
 
 // note keeps err if it is the first.
@@ -160,12 +180,13 @@ func (r *TraceRecorder) note(err error) {
 }
 
 // Flush writes what is buffered, whole lines, and returns the first error
-// met.
+// met. A writer that panics is an error (and the recorder writes nothing
+// more), whether Flush, Close, a hook event or the timer met it.
 func (r *TraceRecorder) Flush() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.closed {
-		r.note(r.w.Flush())
+		r.write(r.w.Flush)
 	}
 	return r.err
 }
@@ -178,7 +199,7 @@ func (r *TraceRecorder) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.closed {
-		r.note(r.w.Flush())
+		r.write(r.w.Flush)
 		r.closed = true
 		if r.timer != nil {
 			r.timer.Stop()
