@@ -148,8 +148,24 @@ const (
 	qualUnknown                // the runtime does not say (no kernel-argument info)
 	qualLocal                  // __local
 	qualGlobal                 // __global or __constant: a pointer to memory
+	qualOpaque                 // an image, sampler, pipe or queue: no Go type of SetArg's sets it
 	qualOther                  // any other (__private: a value)
 )
+
+// opaqueType reports whether an argument of the OpenCL C type called name
+// is an object of the runtime's that SetArg has no type for (images,
+// samplers, queues, events, reservation ids): the runtime would take the
+// value it is given for that object's handle.
+func opaqueType(name string) bool {
+	name = strings.TrimSpace(name)
+	switch {
+	case strings.HasPrefix(name, "image"), strings.HasPrefix(name, "sampler_t"),
+		strings.HasPrefix(name, "queue_t"), strings.HasPrefix(name, "clk_event_t"),
+		strings.HasPrefix(name, "reserve_id_t"):
+		return true
+	}
+	return false
+}
 
 // maxArgIndex bounds the arguments a Kernel keeps what it knows of: past
 // it (no kernel has so many), SetArg asks, and clSetKernelArg refuses.
@@ -205,7 +221,9 @@ type LocalMem int
 // A buffer must belong to the kernel's context (else ErrInvalidMemObject).
 // Where the runtime tells the arguments' qualifiers (programs built by
 // BuildProgram), a number for a __global or __constant argument is
-// refused with ErrInvalidMemObject, and LocalMem as LocalMem says. An
+// refused with ErrInvalidMemObject, anything for an image, sampler, pipe
+// or queue argument (no Go type sets one) with ErrInvalidArgValue, and
+// LocalMem as LocalMem says. An
 // enqueue of the kernel after a buffer argument was released (or an SVM
 // argument freed) is refused with ErrInvalidMemObject (ErrInvalidValue).
 func (k *Kernel) SetArg(i int, v any) error {
@@ -285,6 +303,8 @@ func (k *Kernel) checkQualifier(call string, i int, v any) error {
 	q := k.qualifier(i)
 	_, local := v.(LocalMem)
 	switch {
+	case q == qualOpaque:
+		return misuse(call, ErrInvalidArgValue, fmt.Sprintf("argument %d of %s is an image, sampler, pipe or queue, which SetArg cannot set (a %T was given)", i, k.name, v))
 	case q == qualGlobal && isNumber(v):
 		// The runtime would take the number for a memory object's
 		// handle (POCL dereferences it).
@@ -316,16 +336,29 @@ func (k *Kernel) qualifier(i int) argQual {
 	}
 	q := qualUnknown
 	var aq C.cl_kernel_arg_address_qualifier
+	var tq C.cl_kernel_arg_type_qualifier
+	var name [128]byte
+	var nameLen C.size_t
 	if k.serial {
 		serialMu.Lock()
 	}
 	code := C.clGetKernelArgInfo(k.id, C.cl_uint(i), C.CL_KERNEL_ARG_ADDRESS_QUALIFIER, C.size_t(unsafe.Sizeof(aq)), unsafe.Pointer(&aq), nil)
+	if code == 0 {
+		if C.clGetKernelArgInfo(k.id, C.cl_uint(i), C.CL_KERNEL_ARG_TYPE_QUALIFIER, C.size_t(unsafe.Sizeof(tq)), unsafe.Pointer(&tq), nil) != 0 {
+			tq = 0
+		}
+		if C.clGetKernelArgInfo(k.id, C.cl_uint(i), C.CL_KERNEL_ARG_TYPE_NAME, C.size_t(len(name)), unsafe.Pointer(&name[0]), &nameLen) != 0 {
+			nameLen = 0
+		}
+	}
 	if k.serial {
 		serialMu.Unlock()
 	}
 	runtime.KeepAlive(k)
 	switch {
 	case code != 0: // no info, or no argument i: clSetKernelArg answers
+	case tq&C.CL_KERNEL_ARG_TYPE_PIPE != 0 || opaqueType(string(name[:max(int(nameLen)-1, 0)])):
+		q = qualOpaque
 	case aq == C.CL_KERNEL_ARG_ADDRESS_LOCAL:
 		q = qualLocal
 	case aq == C.CL_KERNEL_ARG_ADDRESS_GLOBAL || aq == C.CL_KERNEL_ARG_ADDRESS_CONSTANT:
