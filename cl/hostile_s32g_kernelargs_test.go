@@ -399,3 +399,22 @@ func TestHostileS32gConcurrentKernels(t *testing.T) {
 		assert.NoError(t, err)
 	}
 }
+
+// FAILED on 3201ce0 (reported as minor by the s32g review): a *Buffer for a
+// __private long or ulong argument was taken, its handle becoming the
+// value. Now refused with ErrInvalidArgValue, as a number for a pointer is.
+func TestHostileS32gBufferForValueRefused(t *testing.T) {
+	q := cltest.Queue(t)
+	k := s32gKernel(t, q, `kernel void k(global long *o, long n, ulong m) { o[0] = n + (long)m; }`, "", "k")
+	buf := s32gBuf(t, q, 64)
+	require.NoError(t, k.SetArg(0, buf))
+	for i := 1; i <= 2; i++ {
+		err := k.SetArg(i, buf)
+		require.ErrorIs(t, err, cl.ErrInvalidArgValue, "argument %d", i)
+		assert.Equal(t, "clSetKernelArg", s32gCallOf(err))
+	}
+	require.NoError(t, k.SetArg(1, int64(5)))
+	require.NoError(t, k.SetArg(2, uint64(2)))
+	require.NoError(t, q.EnqueueKernel(k, []int{1}, nil))
+	require.NoError(t, q.Finish())
+}

@@ -221,9 +221,10 @@ type LocalMem int
 // A buffer must belong to the kernel's context (else ErrInvalidMemObject).
 // Where the runtime tells the arguments' qualifiers (programs built by
 // BuildProgram), a number for a __global or __constant argument is
-// refused with ErrInvalidMemObject, anything for an image, sampler, pipe
-// or queue argument (no Go type sets one) with ErrInvalidArgValue, and
-// LocalMem as LocalMem says. An
+// refused with ErrInvalidMemObject, a *Buffer or *SVM for a value
+// argument and anything for an image, sampler, pipe or queue argument (no
+// Go type sets one) with ErrInvalidArgValue, and LocalMem as LocalMem
+// says. An
 // enqueue of the kernel after a buffer argument was released (or an SVM
 // argument freed) is refused with ErrInvalidMemObject (ErrInvalidValue).
 func (k *Kernel) SetArg(i int, v any) error {
@@ -309,6 +310,10 @@ func (k *Kernel) checkQualifier(call string, i int, v any) error {
 		// The runtime would take the number for a memory object's
 		// handle (POCL dereferences it).
 		return misuse(call, ErrInvalidMemObject, fmt.Sprintf("argument %d of %s: a %T for a __global or __constant pointer (want *Buffer or *SVM)", i, k.name, v))
+	case q == qualOther && isMemory(v):
+		// The runtime would take the handle, or the address, for the
+		// value of a long or a double.
+		return misuse(call, ErrInvalidArgValue, fmt.Sprintf("argument %d of %s: a %T for a value argument (want a number)", i, k.name, v))
 	case q == qualUnknown || local == (q == qualLocal):
 		return nil
 	case local:
@@ -316,6 +321,16 @@ func (k *Kernel) checkQualifier(call string, i int, v any) error {
 	default:
 		return misuse(call, ErrInvalidArgValue, fmt.Sprintf("argument %d of %s: a %T for a __local argument (want LocalMem)", i, k.name, v))
 	}
+}
+
+// isMemory reports whether v is memory SetArg passes by its handle or
+// address: a *Buffer or an *SVM.
+func isMemory(v any) bool {
+	switch v.(type) {
+	case *Buffer, *SVM:
+		return true
+	}
+	return false
 }
 
 // isNumber reports whether v is one of the numbers SetArg takes.
