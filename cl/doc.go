@@ -26,7 +26,10 @@
 // object, Release included, except the accessors that return no error
 // (Buffer.Size, Buffer.Released, CommandQueue.Device, ...): they answer the
 // zero value. Who releases a buffer is the business of its owner, usually a
-// pool (package mempool).
+// pool (package mempool). The check is made before the call, without a
+// lock: releasing an object while another goroutine uses it is a data race
+// on it, which no check makes safe (Oclgrind crashes when a buffer is
+// released during its unmap).
 //
 // # Errors
 //
