@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/internal/nilptr"
 )
 
 // SVMAllocator hands out shared virtual memory (cl.SVM) and takes it back.
@@ -165,7 +166,7 @@ func NewSVMBudget(a SVMAllocator, budget int64) *SVMBudget {
 // Allocate reserves size bytes of the budget and allocates from the
 // wrapped allocator.
 func (b *SVMBudget) Allocate(size int64) (*cl.SVM, error) {
-	if isNil(b.inner) {
+	if nilptr.Is(b.inner) {
 		return nil, errNoInner("SVMBudget")
 	}
 	if size <= 0 {

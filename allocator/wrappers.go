@@ -3,11 +3,11 @@ package allocator
 import (
 	"errors"
 	"fmt"
-	"reflect"
 	"sync"
 	"sync/atomic"
 
 	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/internal/nilptr"
 )
 
 // Budget wraps an Allocator and refuses allocations that would take the
@@ -33,7 +33,7 @@ func NewBudget(a Allocator, budget int64) *Budget {
 // wrapped allocator. The check cannot overflow: a request near
 // math.MaxInt64 is refused like any other that does not fit.
 func (b *Budget) Allocate(size int64) (*cl.Buffer, error) {
-	if isNil(b.inner) {
+	if nilptr.Is(b.inner) {
 		return nil, errNoInner("Budget")
 	}
 	if size <= 0 {
@@ -50,17 +50,6 @@ func (b *Budget) Allocate(size int64) (*cl.Buffer, error) {
 	b.bufs.Store(buf, struct{}{})
 	own(buf, b)
 	return buf, nil
-}
-
-// isNil reports whether allocator a is nil, or a nil pointer in the
-// interface (a nil *Deferred): a wrapper over either has nothing to
-// call.
-func isNil(a any) bool {
-	if a == nil {
-		return true
-	}
-	v := reflect.ValueOf(a)
-	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // errNoInner is the error of a wrapper made over a nil allocator.
@@ -168,7 +157,7 @@ func NewCounting(a Allocator) *Counting {
 
 // Allocate allocates from the wrapped allocator and counts the buffer.
 func (c *Counting) Allocate(size int64) (*cl.Buffer, error) {
-	if isNil(c.inner) {
+	if nilptr.Is(c.inner) {
 		return nil, errNoInner("Counting")
 	}
 	buf, err := c.inner.Allocate(size)
@@ -278,7 +267,7 @@ func QueueOf(a any) (q *cl.CommandQueue) {
 // allocator it wraps, through an Unwrap method returning an Allocator or
 // an SVMAllocator; it stops at a nil one (or a nil pointer).
 func walk(a any, found func(a any) bool) {
-	for !isNil(a) && !found(a) {
+	for !nilptr.Is(a) && !found(a) {
 		switch u := a.(type) {
 		case interface{ Unwrap() Allocator }:
 			a = u.Unwrap()

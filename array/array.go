@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"reflect"
 	"sync/atomic"
 	"unsafe"
 
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/internal/nilptr"
 )
 
 // Elem is the element types an Array holds.
@@ -158,16 +158,6 @@ type rawBlock struct{ buf *cl.Buffer }
 func (r rawBlock) Buffer() *cl.Buffer { return r.buf }
 func (r rawBlock) Close() error       { return allocator.Free(r.buf) }
 
-// isNil reports whether v (a Block, an allocator) is nil, or a nil
-// pointer in the interface (a raw allocator's nil *cl.Buffer in a Block).
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	rv := reflect.ValueOf(v)
-	return rv.Kind() == reflect.Pointer && rv.IsNil()
-}
-
 func elemSize[T Elem]() int64 {
 	var z T
 	return int64(unsafe.Sizeof(z))
@@ -256,7 +246,7 @@ func allocate(alloc Alloc, size int64, q *cl.CommandQueue) (Block, error) {
 	if err != nil {
 		return nil, err
 	}
-	if isNil(b) {
+	if nilptr.Is(b) {
 		return nil, errors.New("the allocator returned neither memory nor an error")
 	}
 	if buf, ok := b.(*cl.Buffer); ok {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/internal/nilptr"
 )
 
 // Staging is pinned host memory that GetPinned and SetPinned transfer
@@ -50,7 +51,7 @@ func (s *Staging) take(size int64) ([]byte, Block, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("allocating %d bytes of staging memory: %w", size, err)
 	}
-	if isNil(b) {
+	if nilptr.Is(b) {
 		return nil, nil, errors.New("the staging allocator returned neither memory nor an error")
 	}
 	if buf, ok := b.(*cl.Buffer); ok {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/internal/nilptr"
 )
 
 // SVMAlloc returns the Alloc that puts arrays in shared virtual memory
@@ -33,7 +34,7 @@ import (
 // first allocation, as is a nil pointer of an allocator type.
 func SVMAlloc(a allocator.SVMAllocator) Alloc {
 	return func(size int64) (Block, error) {
-		if isNil(a) { // nil, or a nil pointer in the interface
+		if nilptr.Is(a) { // nil, or a nil pointer in the interface
 			return nil, errors.New("SVMAlloc: nil allocator.SVMAllocator")
 		}
 		s, err := a.Allocate(size)

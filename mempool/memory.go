@@ -1,8 +1,6 @@
 package mempool
 
 import (
-	"reflect"
-
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
 )
@@ -51,13 +49,3 @@ func (s svms) allocate(n int64) (mem, error) {
 }
 func (s svms) free(m mem) error { return s.a.Free(m.svm) }
 func (s svms) outer() any       { return s.a }
-
-// isNil reports whether allocator a is nil, or a nil pointer in an
-// interface (a typed nil), whose methods would panic.
-func isNil(a any) bool {
-	if a == nil {
-		return true
-	}
-	v := reflect.ValueOf(a)
-	return v.Kind() == reflect.Pointer && v.IsNil()
-}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/internal/nilptr"
 )
 
 // This file is the Pool: its fields and lock, construction, and the
@@ -88,7 +89,7 @@ func NewSVM(a allocator.SVMAllocator, opts ...Option) (*Pool, error) {
 
 // newPool is New and NewSVM, for the constructor called call.
 func newPool(call string, src source, opts []Option) (*Pool, error) {
-	if isNil(src.outer()) {
+	if nilptr.Is(src.outer()) {
 		return nil, fmt.Errorf("mempool: %s: nil allocator", call)
 	}
 	c := defaultConfig()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/internal/nilptr"
 )
 
 // This file is Set: a pool per context, as CuPy's MemoryPool keeps a pool
@@ -167,7 +168,7 @@ func (s *Set) poolOf(call string, q *cl.CommandQueue) (*Pool, error) {
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("mempool: Set.%s: making the allocator of %v's pool: %w", call, q.Device(), err)
-	case src == nil || isNil(src.outer()):
+	case src == nil || nilptr.Is(src.outer()):
 		return nil, fmt.Errorf("mempool: Set.%s: the allocator made for %v is nil", call, q.Device())
 	}
 	if ac := allocator.ContextOf(src.outer()); ac != nil && ac != ctx {
