@@ -120,10 +120,15 @@ func newStorage[T Elem](b Block, q *cl.CommandQueue, size int64) (*storage, erro
 }
 
 // blockBytes returns the bytes block b, at offset off in mem, has for
-// the array: its own Size if it tells one (a pooled block), and at most
-// what mem holds past off.
+// the array (see ownBytes).
 func blockBytes(b Block, mem memory, off int64) int64 {
-	n := mem.size() - off
+	return ownBytes(b, mem.size()-off)
+}
+
+// ownBytes returns the bytes block b has, of the n its memory holds past
+// its offset: its own Size if it tells one (a pooled block), and at most
+// n.
+func ownBytes(b Block, n int64) int64 {
 	if s, ok := b.(interface{ Size() int64 }); ok {
 		n = min(n, s.Size())
 	}

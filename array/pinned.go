@@ -70,11 +70,7 @@ func (s *Staging) take(size int64) ([]byte, Block, error) {
 		_ = b.Close()
 		return nil, nil, errors.New("the staging allocator's memory is not the pinned memory of the Staging's allocator.Pinned")
 	}
-	has := int64(len(host)) - off // a raw buffer's bytes, or at most those past the block's offset
-	if n, ok := b.(interface{ Size() int64 }); ok {
-		has = min(has, n.Size())
-	}
-	if has < size {
+	if has := ownBytes(b, int64(len(host))-off); has < size {
 		_ = b.Close()
 		return nil, nil, fmt.Errorf("the staging allocator's block has %d bytes, not the %d asked for: %w", max(has, 0), size, cl.ErrInvalidBufferSize)
 	}
