@@ -133,11 +133,17 @@ type Kernel struct {
 	local    []int64   // the bytes of the local-memory arguments set, by index (0: none)
 	staticOn *Device   // the device static was asked for; nil if none yet
 	static   int64     // the local memory the kernel asks of staticOn with no local-memory argument set
-	// The buffers and SVM set as arguments, by index (nil: none), so that
-	// an enqueue refuses one released or freed since (the runtime would
-	// use a dangling handle: POCL aborts the process).
-	bufs []*Buffer
-	svms []*SVM
+	// The memory set as arguments, by index, so that an enqueue refuses
+	// one released or freed since (the runtime would use a dangling
+	// handle: POCL aborts the process).
+	mems []argMem
+}
+
+// argMem is the memory a kernel argument points to: a buffer or an SVM,
+// or neither.
+type argMem struct {
+	buf *Buffer
+	svm *SVM
 }
 
 // argQual is what SetArg knows of an argument's address qualifier.
@@ -406,26 +412,27 @@ func (k *Kernel) noteArg(i int, v any) {
 	case i < len(k.local):
 		k.local[i] = 0
 	}
-	b, _ := v.(*Buffer)
-	s, _ := v.(*SVM)
-	if (b != nil || s != nil) && i >= len(k.bufs) {
-		k.bufs = append(k.bufs, make([]*Buffer, i+1-len(k.bufs))...)
-		k.svms = append(k.svms, make([]*SVM, i+1-len(k.svms))...)
+	var m argMem
+	m.buf, _ = v.(*Buffer)
+	m.svm, _ = v.(*SVM)
+	if m != (argMem{}) && i >= len(k.mems) {
+		k.mems = append(k.mems, make([]argMem, i+1-len(k.mems))...)
 	}
-	if i < len(k.bufs) {
-		k.bufs[i], k.svms[i] = b, s
+	if i < len(k.mems) {
+		k.mems[i] = m
 	}
 }
 
 // argsLive refuses, for call, an enqueue of k with a buffer argument
 // released, or an SVM argument freed, since it was set.
 func (k *Kernel) argsLive(call string) error {
-	for i, b := range k.bufs {
-		if b != nil && b.Released() {
+	for i, m := range k.mems {
+		if m.buf != nil && m.buf.Released() {
 			return misuse(call, ErrInvalidMemObject, fmt.Sprintf("argument %d of %s: the buffer was released after SetArg", i, k.name))
 		}
 	}
-	for i, s := range k.svms {
+	for i, m := range k.mems {
+		s := m.svm
 		if s == nil {
 			continue
 		}
