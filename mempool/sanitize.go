@@ -127,7 +127,9 @@ func WithoutSanitizer() Option { return func(c *config) { c.san.on, c.san.off = 
 
 // WithSanitizerOutput sets where the sanitizer prints each finding as it
 // finds it, one line each: standard error by default, nowhere for a nil
-// w. It does not turn the sanitizer on.
+// w. It does not turn the sanitizer on. A w that panics is called no more
+// (the panic does not reach the pool's caller); Findings still has every
+// finding.
 func WithSanitizerOutput(w io.Writer) Option {
 	return func(c *config) { c.san.out, c.san.outSet = w, true }
 }

@@ -39,9 +39,7 @@ func (s *sanitizer) resources(blk *block) (*sanRes, error) {
 	s.res, s.resErr = newSanRes(ctx)
 	if s.resErr != nil {
 		s.resErr = fmt.Errorf("mempool: the sanitizer's kernel: %w", s.resErr)
-		if s.out != nil {
-			fmt.Fprintf(s.out, "clpool sanitizer: checks off: %v\n", s.resErr)
-		}
+		s.print("clpool sanitizer: checks off: %v\n", s.resErr)
 	}
 	return s.res, s.resErr
 }

@@ -231,17 +231,31 @@ func (s *sanitizer) releaseIfIdle() {
 // report records f and prints it. s.mu must be held.
 func (s *sanitizer) report(f Finding) {
 	s.findings = append(s.findings, f)
-	if s.out != nil {
-		fmt.Fprintln(s.out, f.String())
-	}
+	s.print("%s\n", f.String())
 }
 
 // warn prints, once per pool, that a block could not be checked. s.mu
 // must be held.
 func (s *sanitizer) warn(sb *sanBlock, err error) {
-	if !s.warned && s.out != nil {
-		fmt.Fprintf(s.out, "clpool sanitizer: cannot check block %#x allocated at %s (further failures are not printed): %v\n",
+	if !s.warned {
+		s.print("clpool sanitizer: cannot check block %#x allocated at %s (further failures are not printed): %v\n",
 			sb.id, callsite.First(sb.alloc), err)
 	}
 	s.warned = true
+}
+
+// print writes a line to the output (WithSanitizerOutput), if any. A
+// writer that panics prints nothing more: the panic stops here, so that
+// the pool's operation in progress (a Close, say) finishes and lets go of
+// its locks; the findings are kept either way. s.mu must be held.
+func (s *sanitizer) print(format string, args ...any) {
+	if s.out == nil {
+		return
+	}
+	defer func() {
+		if recover() != nil {
+			s.out = nil
+		}
+	}()
+	fmt.Fprintf(s.out, format, args...)
 }
