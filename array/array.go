@@ -114,6 +114,9 @@ func newStorage[T Elem](b Block, q *cl.CommandQueue, size int64) (*storage, erro
 	if has := blockBytes(b, mem, off); has < size {
 		return nil, fmt.Errorf("the allocator's block has %d bytes, not the %d asked for: %w", has, size, cl.ErrInvalidBufferSize)
 	}
+	if err := onQueue(b, q); err != nil { // after check: RecordQueue refuses another context with its own error
+		return nil, err
+	}
 	s := &storage{block: b, mem: mem, start: int(off / elemSize[T]())}
 	s.refs.Store(1)
 	return s, nil
@@ -257,10 +260,6 @@ func allocate(alloc Alloc, size int64, q *cl.CommandQueue) (Block, error) {
 	if buf, ok := b.(*cl.Buffer); ok {
 		b = rawBlock{buf}
 	}
-	if err := onQueue(b, q); err != nil {
-		_ = b.Close()
-		return nil, err
-	}
 	return b, nil
 }
 
@@ -281,18 +280,37 @@ type queued interface {
 	RecordQueue(q *cl.CommandQueue) error
 }
 
-// onQueue makes sure a pool orders the block's reuse after the array's
-// commands on q: a block allocated for another queue (pool.Allocate on
-// the allocator's queue, say) records q too, as torch's record_stream.
+// onQueue makes a block, of q's context, allocated for another queue than q (pool.Allocate
+// on the allocator's queue, say) safe to use on q, both ways: q waits for
+// the commands already enqueued on the block's queue (a marker there, a
+// barrier on q), which may still use the block's memory for its previous
+// owner; and the block records q (RecordQueue, as torch's
+// record_stream), so that the pool reuses it only after the array's
+// commands on q.
 func onQueue(b Block, q *cl.CommandQueue) error {
 	qb, ok := b.(queued)
 	if !ok || qb.Queue() == q {
 		return nil
 	}
-	if bq := qb.Queue(); bq != nil && bq.Context() != q.Context() {
-		return fmt.Errorf("the allocator's memory is not in the queue's context: %w", ErrContextMismatch)
+	if err := qb.RecordQueue(q); err != nil {
+		return err
 	}
-	return qb.RecordQueue(q)
+	bq := qb.Queue()
+	if bq == nil {
+		return nil // a pool of no queue waits on the host before it reuses a block
+	}
+	m, err := bq.EnqueueMarker()
+	if err != nil {
+		return fmt.Errorf("ordering after the block's queue: %w", err)
+	}
+	err = q.EnqueueBarrier(m)
+	if rerr := m.Release(); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return fmt.Errorf("ordering after the block's queue: %w", err)
+	}
+	return nil
 }
 
 // Zeros returns an array of n zeros. alloc and n are as for Empty.

@@ -132,13 +132,16 @@
 // An array lives on the queue it was made on, and every operation enqueues
 // its kernels there. Its memory is for that queue: pass pool.On(q).Allocate
 // for arrays on q. A block allocated for another queue (pool.Allocate
-// allocates on the allocator's queue) records q too (RecordQueue), so the
-// pool reuses it only after the array's commands on q, whichever queue
-// asks next. Closing an array right after its last operation is enqueued
-// is legal. An operation whose operands live on different queues is
-// refused with ErrQueueMismatch rather than ordered. The package has no
-// copy across queues: to combine them, read one operand back (Get) and
-// make it anew on the other's queue (FromHost).
+// allocates on the allocator's queue) costs a marker and a barrier: q
+// waits for the commands enqueued on the block's queue before it, which
+// may still use the block's memory for its previous owner. The block
+// records q too (RecordQueue), so the pool reuses it only after the
+// array's commands on q, whichever queue asks next. Closing an array
+// right after its last operation is enqueued is legal. An operation whose
+// operands live on different queues is refused with ErrQueueMismatch
+// rather than ordered. The package has no copy across queues: to combine
+// them, read one operand back (Get) and make it anew on the other's queue
+// (FromHost).
 //
 // # Lifetimes
 //
