@@ -25,8 +25,11 @@
 // twelfth of what it holds (less the free bytes of its segments in use, at
 // least a forty-eighth, in 64 KiB units, at most 256 MiB); a request larger
 // than that gets a segment of its own size, rounded to 4 KiB, and one over
-// 128 MiB always does. So a small program takes one small segment, and a
-// large one few. Small and large requests share the segments (keeping
+// 128 MiB always does. While such a huge segment is more than twice the
+// growth step, no request the step would serve takes a block of it: small
+// blocks never pin it, and the next huge array finds it whole (or the
+// pool frees it before it grows). So a small program takes one small
+// segment, and a large one few. Small and large requests share the segments (keeping
 // them apart, as torch does, cost up to 7 times the device allocations for
 // a few percent of memory). Where the limit leaves less room, a segment
 // shrinks to the room; after the device or the limit refuses one and

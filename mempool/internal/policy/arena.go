@@ -29,6 +29,10 @@ const indexLeadingBits = 10
 // KiB). A smaller request takes a wholly free own segment only when no
 // other block fits it, which then becomes an ordinary segment.
 //
+// The blocks of huge segments (made for one request over half the
+// preferred segment size) serve no request of at most the growth step
+// while the segment is more than twice the step (see passOver).
+//
 // An arena may defer merging, as dlmalloc's fast bins do: a few blocks
 // given back wait unmerged on quick lists, by exact size (see SetQuick), and a request
 // of exactly one's size takes it back as it is (no split, no merge, its
@@ -50,7 +54,10 @@ type Arena[T comparable] struct {
 	tinySplit int64
 	// ownMin is the least request that takes blocks of own segments.
 	ownMin int64
-	quick  quickLists[T] // the free blocks waiting unmerged
+	// step, if set, returns the growth step: the segment a request of
+	// at most that size would get (see find).
+	step  func() int64
+	quick quickLists[T] // the free blocks waiting unmerged
 
 	segs  []*Segment[T] // every segment
 	empty []*Segment[T] // the wholly free ones, in the order they became so
@@ -515,8 +522,43 @@ func (a *Arena[T]) index(b *Block[T]) *freeIndex[T] {
 // tiny segments, which no other takes. A request of at least ownMin
 // bytes may take any other block; a smaller one, only blocks of
 // ordinary segments, or, if none fits, the smallest wholly free own
-// segment that does, which becomes ordinary.
+// segment that does, which becomes ordinary. No request of at most the
+// growth step takes a block of a huge segment more than twice the step.
 func (a *Arena[T]) find(n int64) *Block[T] {
+	b := a.place(n)
+	if b == nil || !b.Seg.huge || a.step == nil {
+		return b
+	}
+	// Look past the blocks n passes over, each taken off its index
+	// meanwhile: each turn takes one off, so the loop ends. Adopt
+	// passes over them too, so none moves to another index meanwhile.
+	step := a.step()
+	var passed []*Block[T]
+	for b != nil && passOver(b.Seg, n, step) {
+		a.index(b).remove(b)
+		passed = append(passed, b)
+		b = a.place(n)
+	}
+	for _, p := range passed {
+		a.index(p).push(p)
+	}
+	return b
+}
+
+// passOver reports whether a request of n bytes passes over the free
+// blocks of s, the growth step being step: a huge segment more than
+// twice the step serves no request a step's segment would. A block of it
+// so taken, wholly free or in the tail a smaller huge array left, would
+// pin it when its array goes, and the next array of its size would take
+// another (a trace of boundary sizes around three arrays of 128 MiB held
+// 1.61x its plan; 1.05x so). Passed over, it serves those arrays, or
+// BeforeGrow frees it when the pool needs the room.
+func passOver[T comparable](s *Segment[T], n, step int64) bool {
+	return s.huge && n <= step && s.Size > 2*step
+}
+
+// place is find's choice before find passes over a huge segment.
+func (a *Arena[T]) place(n int64) *Block[T] {
 	if n <= a.tinyMax {
 		c := BinNumber(n, a.lb)
 		if b := fitIn(&a.tiny, c, n); b != nil {
@@ -579,7 +621,7 @@ func (a *Arena[T]) findOwned(n int64) *Block[T] {
 func (a *Arena[T]) adopt(n int64) *Block[T] {
 	var best *Segment[T]
 	for _, s := range a.empty {
-		if s.own && s.Size >= n && (best == nil || s.Size < best.Size) {
+		if s.own && s.Size >= n && (best == nil || s.Size < best.Size) && !(s.huge && a.step != nil && passOver(s, n, a.step())) {
 			best = s
 		}
 	}

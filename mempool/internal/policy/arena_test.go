@@ -209,6 +209,64 @@ func TestArenaOwnSegmentsServeLargeRequests(t *testing.T) {
 	require.NoError(t, p.Check())
 }
 
+// A huge segment (made for one request over half the preferred size)
+// serves no request a growth step's segment would, wholly free or in the
+// tail a smaller huge array left, so that small blocks never pin it: the
+// next huge array finds it whole, or BeforeGrow frees it first when small
+// arrays grow the pool. Before, a small request split it once it was free
+// (or took the tail), and the next huge array took a second huge segment
+// beside it: a trace of boundary sizes around three arrays of 128 MiB
+// held 1.61x its plan.
+func TestArenaHugeSegmentsServeHugeRequests(t *testing.T) {
+	const mib = 1 << 20
+	p := policy.NewArenas[int](512, 4, 0, 256*mib)
+	live := map[*policy.Segment[int]]bool{}
+	mostHuge := 0
+	get := func(size int64) *policy.Block[int] {
+		b := p.Get(size)
+		if b == nil {
+			s := p.NewSegment(size)
+			for _, gone := range p.BeforeGrow(size) {
+				delete(live, gone)
+			}
+			live[s] = true
+			b = p.Add(s, size)
+		}
+		huge := 0
+		for s := range live {
+			if s.Huge() {
+				huge++
+			}
+		}
+		mostHuge = max(mostHuge, huge)
+		return b
+	}
+	small := get(1000)
+	big := get(136 * mib)
+	require.True(t, big.Seg.Huge())
+	p.Put(big)
+	mid := get(128 * mib) // takes the wholly free huge segment: an 8 MiB tail is left
+	require.Same(t, big.Seg, mid.Seg)
+	var smalls []*policy.Block[int]
+	for range 40 { // 1 MiB arrays, live at once: the first segment does not hold them
+		b := get(1 * mib)
+		assert.False(t, b.Seg.Huge(), "a 1 MiB request does not take the huge segment's tail")
+		smalls = append(smalls, b)
+	}
+	p.Put(mid) // the huge segment is wholly free
+	for range 10 {
+		b := get(1 * mib)
+		assert.False(t, b.Seg.Huge(), "nor a wholly free huge segment")
+		smalls = append(smalls, b)
+	}
+	get(136 * mib)
+	assert.Equal(t, 1, mostHuge, "never two huge segments at once")
+	for _, b := range append(smalls, small) {
+		p.Put(b)
+	}
+	require.NoError(t, p.Check())
+}
+
 // A program whose every round needs a little more than the one before
 // (a sort of a growing set: everything freed between rounds) replaces
 // its segments, at the first request after a round that grew the pool

@@ -177,6 +177,7 @@ func NewArenas[T comparable](align int64, leadingBits int, maxSplit, preferred i
 	p.tinyMax = max(TinyBlock, p.a.align)
 	p.a.SetTinyMax(p.tinyMax)
 	p.a.counts = &p.counts
+	p.a.step = p.step
 	p.a.SetQuick(DefaultQuick, SmallRequest)
 	p.setOwnMin()
 	return p
@@ -341,8 +342,11 @@ func (p *Arenas[T]) segmentSize(size int64) (int64, bool) {
 		return roundUp(min(p.preferred/2, max(first, p.tinyBytes/2)), p.own), false
 	}
 	own := roundUp(n, p.own)
-	if p.Oversize(size) || n > p.preferred/2 {
+	if p.Oversize(size) {
 		return own, false
+	}
+	if n > p.preferred/2 {
+		return own, true
 	}
 	if p.pending >= n {
 		return p.pending, false
@@ -409,7 +413,9 @@ func (p *Arenas[T]) outgrew(n int64) bool {
 func (p *Arenas[T]) NewSegment(size int64) *Segment[T] {
 	n, own := p.segmentSize(size)
 	small := p.small(size)
-	return &Segment[T]{Size: n, Small: small, Oversize: p.Oversize(size), own: own && !small, tiny: p.tiny(size)}
+	over := p.Oversize(size)
+	return &Segment[T]{Size: n, Small: small, Oversize: over, own: own && !small, tiny: p.tiny(size),
+		huge: !over && p.Round(size) > p.preferred/2}
 }
 
 // small reports whether a segment made for a request of size is small.
@@ -606,6 +612,13 @@ func (p *Arenas[T]) Check() error {
 }
 
 // OwnMin returns the least request that takes blocks of a segment sized
+// PassesOver reports whether a request of size passes over the free
+// blocks of s (see Arena.find): s is huge, and more than twice the growth
+// step, which the request's block is at most.
+func (p *Arenas[T]) PassesOver(s *Segment[T], size int64) bool {
+	return passOver(s, p.Round(size), p.step())
+}
+
 // for one request (Segment.Own) that is not wholly free.
 func (p *Arenas[T]) OwnMin() int64 { return p.a.ownMin }
 

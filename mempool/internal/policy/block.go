@@ -26,6 +26,10 @@ type Segment[T comparable] struct {
 	// tiny marks an arena segment made for tiny requests (see
 	// TinyBlock): it serves those only, and they take no other.
 	tiny bool
+	// huge marks an arena segment made for one request over half the
+	// preferred segment size (not oversize): wholly free, it serves no
+	// request the growth step would (see Arena.find).
+	huge bool
 
 	// What the pool notes of a segment, for its statistics: its split
 	// blocks handed out (Out) and held outside the policy (Held), and

@@ -22,9 +22,16 @@ import (
 func FuzzArena(f *testing.F) {
 	f.Add([]byte{1, 2, 3, 200, 4, 5, 130, 6, 255, 7, 8})
 	f.Add([]byte{255, 255, 0, 128, 129, 64, 3, 3, 3, 3})
-	f.Add([]byte("A\xa3A0\xa3\xa30")) // a small request beside the tail of a segment made for a large one
+	f.Add([]byte("A\xa3A0\xa3\xa30"))                                   // a small request beside the tail of a segment made for a large one
+	f.Add([]byte{0x17, 0x9f, 0x17, 0x30, 0x9f, 0xc0, 0x30, 0x30, 0x17}) // huge requests (maxSplit 0) among small ones
 	f.Fuzz(func(t *testing.T, ops []byte) {
-		p := policy.NewArenas[int](512, 4, 16<<20, 64<<20)
+		// With an odd first byte, no request is oversize: those over
+		// 32 MiB get huge segments (see Arenas.PassesOver).
+		maxSplit := int64(16 << 20)
+		if len(ops) > 0 && ops[0]%2 == 1 {
+			maxSplit = 0
+		}
+		p := policy.NewArenas[int](512, 4, maxSplit, 64<<20)
 		type active struct {
 			b    *policy.Block[int]
 			size int64
@@ -46,7 +53,7 @@ func FuzzArena(f *testing.F) {
 					tiny := n <= policy.TinyBlock
 					var best *policy.Block[int] // a tiny request's smallest fit of the other segments
 					for s := range segs {
-						may := s.Tiny() == tiny && (!s.Own() || n >= p.OwnMin() || s.WhollyFree())
+						may := s.Tiny() == tiny && (!s.Own() || n >= p.OwnMin() || s.WhollyFree()) && !p.PassesOver(s, size)
 						for x := range s.Blocks() {
 							fits := x.Free() && !s.Oversize && x.Size >= n
 							require.False(t, fits && may,

@@ -46,6 +46,11 @@ func syntheticTraces() []synthTrace {
 		// Phases that take turns at the peak: two radix-sort pipelines,
 		// of 4 Mi and 11 Mi keys, alternating.
 		{"synth-radix-two.tsv", func() []trace.Event { return twoPipelines(100) }},
+		// Huge arrays among many small ones: sizes at the arena's
+		// boundaries, and now and then one array of over 128 MiB (half
+		// the preferred segment), freed before the next (a simulation
+		// whose state is remade every few thousand arrays).
+		{"synth-huge-boundaries.tsv", func() []trace.Event { return hugeAmongBoundaries(rand.New(rand.NewPCG(3, 4)), 8000) }},
 	}
 }
 
@@ -182,6 +187,42 @@ func randomMixed(r *rand.Rand, n int) []trace.Event {
 			ev = append(ev, trace.Event{Op: trace.Free, ID: live[i]})
 			live = append(live[:i], live[i+1:]...)
 		}
+	}
+	for _, id := range live {
+		ev = append(ev, trace.Event{Op: trace.Free, ID: id})
+	}
+	return ev
+}
+
+// hugeAmongBoundaries allocates n arrays: sizes 1 below, at and 1 above
+// 512 B, 4 KiB, 64 KiB, 512 KiB and 1 MiB, freeing a random live one
+// with probability 1/2 (at most 150 live); every 800th is instead a huge
+// array of 128 to 136 MiB, which lives for the next 400.
+func hugeAmongBoundaries(r *rand.Rand, n int) []trace.Event {
+	var ev []trace.Event
+	var live []int64
+	huge := int64(0)
+	for id := int64(1); id <= int64(n); id++ {
+		switch {
+		case id%800 == 0:
+			huge = id
+			ev = append(ev, trace.Event{Op: trace.Alloc, ID: id, Size: 128<<20 + r.Int64N(8<<20)})
+			continue
+		case huge != 0 && id-huge == 400:
+			ev = append(ev, trace.Event{Op: trace.Free, ID: huge})
+			huge = 0
+		}
+		base := []int64{512, 4 << 10, 64 << 10, 512 << 10, 1 << 20}[r.IntN(5)]
+		ev = append(ev, trace.Event{Op: trace.Alloc, ID: id, Size: base - 1 + r.Int64N(3)})
+		live = append(live, id)
+		for len(live) > 150 || (len(live) > 0 && r.IntN(2) == 0) {
+			i := r.IntN(len(live))
+			ev = append(ev, trace.Event{Op: trace.Free, ID: live[i]})
+			live = append(live[:i], live[i+1:]...)
+		}
+	}
+	if huge != 0 {
+		ev = append(ev, trace.Event{Op: trace.Free, ID: huge})
 	}
 	for _, id := range live {
 		ev = append(ev, trace.Event{Op: trace.Free, ID: id})

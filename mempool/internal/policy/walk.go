@@ -46,3 +46,7 @@ func (s *Segment[T]) Own() bool { return s.own }
 // Tiny reports whether the segment was made for tiny requests (see
 // TinyBlock): it serves those only.
 func (s *Segment[T]) Tiny() bool { return s.tiny }
+
+// Huge reports whether an arena made the segment for one request over
+// half its preferred segment size (not oversize): see Arenas.PassesOver.
+func (s *Segment[T]) Huge() bool { return s.huge }
