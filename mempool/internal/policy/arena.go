@@ -557,6 +557,12 @@ func passOver[T comparable](s *Segment[T], n, step int64) bool {
 	return s.huge && n <= step && s.Size > 2*step
 }
 
+// passesOver is passOver with the arena's growth step, asked only of a
+// huge segment.
+func (a *Arena[T]) passesOver(s *Segment[T], n int64) bool {
+	return s.huge && a.step != nil && passOver(s, n, a.step())
+}
+
 // place is find's choice before find passes over a huge segment.
 func (a *Arena[T]) place(n int64) *Block[T] {
 	if n <= a.tinyMax {
@@ -621,7 +627,7 @@ func (a *Arena[T]) findOwned(n int64) *Block[T] {
 func (a *Arena[T]) adopt(n int64) *Block[T] {
 	var best *Segment[T]
 	for _, s := range a.empty {
-		if s.own && s.Size >= n && (best == nil || s.Size < best.Size) && !(s.huge && a.step != nil && passOver(s, n, a.step())) {
+		if s.own && s.Size >= n && (best == nil || s.Size < best.Size) && !a.passesOver(s, n) {
 			best = s
 		}
 	}

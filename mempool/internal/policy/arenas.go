@@ -611,7 +611,6 @@ func (p *Arenas[T]) Check() error {
 	return nil
 }
 
-// OwnMin returns the least request that takes blocks of a segment sized
 // PassesOver reports whether a request of size passes over the free
 // blocks of s (see Arena.find): s is huge, and more than twice the growth
 // step, which the request's block is at most.
@@ -619,6 +618,7 @@ func (p *Arenas[T]) PassesOver(s *Segment[T], size int64) bool {
 	return passOver(s, p.Round(size), p.step())
 }
 
+// OwnMin returns the least request that takes blocks of a segment sized
 // for one request (Segment.Own) that is not wholly free.
 func (p *Arenas[T]) OwnMin() int64 { return p.a.ownMin }
 

@@ -27,8 +27,9 @@ type Segment[T comparable] struct {
 	// TinyBlock): it serves those only, and they take no other.
 	tiny bool
 	// huge marks an arena segment made for one request over half the
-	// preferred segment size (not oversize): wholly free, it serves no
-	// request the growth step would (see Arena.find).
+	// preferred segment size (not oversize): while it is more than twice
+	// the growth step, its blocks serve no request the step would (see
+	// passOver).
 	huge bool
 
 	// What the pool notes of a segment, for its statistics: its split
