@@ -37,12 +37,14 @@ func defaultConfig() config { return config{leadingBits: 4, dropSafety: true} }
 func WithLeadingBits(n int) Option { return func(c *config) { c.leadingBits = n } }
 
 // WithLimit caps the pool's managed bytes (active plus held, as CuPy counts
-// them). A request that would pass the cap goes down the out-of-memory
-// ladder (see the package doc): it frees held memory and tries a segment
-// of the request's own block size (with exact bins, its bin's); if nothing
-// serves it, it fails with
-// ErrOutOfMemory. A request whose own block could not fit even in an empty
-// pool fails at once, keeping what the pool holds. 0 means no limit.
+// them), and with them the pool's device memory: segments being given back
+// count against the cap until they are, so that goroutines racing a
+// FreeHeld never hold more on the device at once. A request that would
+// pass the cap goes down the out-of-memory ladder (see the package doc):
+// it frees held memory and tries a segment of the request's own block
+// size (with exact bins, its bin's); if nothing serves it, it fails with
+// ErrOutOfMemory. A request whose own block could not fit even in an
+// empty pool fails at once, keeping what the pool holds. 0 means no limit.
 // Without WithLimit or WithLimitFraction, the limit comes from the
 // environment (LimitEnv); SetLimit changes it later.
 func WithLimit(bytes int64) Option {

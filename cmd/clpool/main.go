@@ -124,6 +124,34 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
+// errWriter writes to w and keeps the first error, after which it
+// writes nothing: a command prints its results with fmt and reports a
+// lost output (a full disk, a closed pipe) once, as a failure.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
+	}
+	e.err = err
+	return n, err
+}
+
+// result returns the first error, wrapped as the results' loss.
+func (e *errWriter) result() error {
+	if e.err != nil {
+		return fmt.Errorf("writing the results: %w", e.err)
+	}
+	return nil
+}
+
 // config is one way to serve a trace: a raw allocator, or a pool over one.
 type config struct {
 	deferred   bool // allocator.Deferred; otherwise allocator.Immediate
@@ -173,6 +201,7 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+// printResults writes the results as a table, or as TSV.
 func printResults(w io.Writer, format string, rs []result) {
 	if format == "tsv" {
 		fmt.Fprintln(w, "config\tns_per_event\thits\tmisses\tdevice_allocs\tpeak_managed\tpeak_live\tmanaged_over_plan")

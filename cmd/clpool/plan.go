@@ -113,8 +113,9 @@ func planCmd(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
-	printPlan(stdout, *format, names, rows)
-	return nil
+	out := &errWriter{w: stdout}
+	printPlan(out, *format, names, rows)
+	return out.result()
 }
 
 // printPlan writes the rows as a table, or as TSV, with a column of bytes

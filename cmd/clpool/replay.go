@@ -100,8 +100,9 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 		results[i].NsPerEvent = median(rp.r.Runs)
 		results[i].Plan = plan.Size
 	}
-	printResults(stdout, *format, results)
-	return nil
+	out := &errWriter{w: stdout}
+	printResults(out, *format, results)
+	return out.result()
 }
 
 // replayPlanAlign is the rounding of the plan replay's managed/plan is
