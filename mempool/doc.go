@@ -167,7 +167,7 @@
 // # Lifecycle
 //
 //	pool, _ := mempool.New(alloc)     // alloc: an allocator.Immediate, usually
-//	b, _ := pool.Allocate(n)          // a held block of the bin (LIFO), or a new one
+//	b, _ := pool.Allocate(n)          // a held block of the bin (LIFO, its queue's first), or a new one
 //	use(b.Buffer())
 //	b.Close()                         // back to the pool, held for reuse
 //
