@@ -1,6 +1,7 @@
 package mempool
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/clpool/clpool/allocator"
@@ -179,9 +180,11 @@ func (b *PooledBuffer) RecordQueue(q *cl.CommandQueue) error {
 // allocator's), or nil if none.
 func (b *PooledBuffer) Queue() *cl.CommandQueue { return b.q.q }
 
-// freeHeldIf frees the wholly free segments whose block pred accepts.
+// freeHeldIf frees the wholly free segments whose block pred accepts. It
+// returns the allocator's errors, joined, those of the drain's frees too
+// (as freeHeldWhile does).
 func (p *Pool) freeHeldIf(pred func(*block) bool) error {
-	p.drainCaches()
+	_, err := p.drain()
 	p.lock()
 	var segs []*segment
 	for s := p.pol.TakeFreeIf(pred); s != nil; s = p.pol.TakeFreeIf(pred) {
@@ -189,5 +192,5 @@ func (p *Pool) freeHeldIf(pred func(*block) bool) error {
 	}
 	stale := p.forget(segs...)
 	p.mu.Unlock()
-	return p.freeSegments(segs, stale)
+	return errors.Join(err, p.freeSegments(segs, stale))
 }
