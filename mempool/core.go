@@ -111,12 +111,12 @@ func (c *core) decide(req *request, lad *ladder) (d decision) {
 		// hold of the lock, so that the room it makes is this request's.
 		need := lad.try().Size
 		d.free = c.takeFree(d.free, func() bool {
-			room := c.room()
+			room := c.room(d.free)
 			return lad.cause != nil || room >= 0 && room < need
 		})
 		d.stale = append(d.stale, c.forget()...)
 	}
-	d.seg = c.reserve(lad.try(), lad.own.Size)
+	d.seg = c.reserve(lad.try(), lad.own.Size, d.free)
 	lad.freesSeen = c.l.freeBatches
 	if d.drain {
 		lad.pending = d.seg
@@ -145,9 +145,10 @@ func (c *core) serveBlock(req *request, b *block) decision {
 // would pass math.MaxInt64 (an allocator that names no device may hand
 // out that much). An arena's segment too large for the room the limit
 // leaves shrinks to the room, if need (the request's own block) still
-// fits (a limit's room is within math.MaxInt64 too).
-func (c *core) reserve(seg *segment, need int64) *segment {
-	room := c.room()
+// fits (a limit's room is within math.MaxInt64 too). The pool frees
+// freed, this decision's, before it allocates seg.
+func (c *core) reserve(seg *segment, need int64, freed []*segment) *segment {
+	room := c.room(freed)
 	if room < 0 && seg.Size > math.MaxInt64-c.l.reserved() {
 		return nil // the pool's sums cannot count it
 	}
@@ -174,16 +175,22 @@ func (c *core) countMiss(req *request) {
 	}
 }
 
-// room returns the bytes the limit leaves for new segments; -1 if there
+// room returns the bytes the limit leaves for a new segment; -1 if there
 // is no limit. Segments being given back count until they are: they are
 // still on the device, and a new segment beside them would take the
 // pool's device memory past the limit for a while (a reviewer's four
-// goroutines under a 6 MiB limit, with FreeHeld, reached 6.3 MiB).
-func (c *core) room() int64 {
+// goroutines under a 6 MiB limit, with FreeHeld, reached 6.3 MiB). Those
+// of freed do not: the decision that gives them up frees them before it
+// allocates (see Pool.serve).
+func (c *core) room(freed []*segment) int64 {
 	if c.limit == 0 {
 		return -1
 	}
-	return max(c.limit-c.l.reserved()-c.l.freeing, 0)
+	freeing := c.l.freeing
+	for _, s := range freed {
+		freeing -= s.Size
+	}
+	return max(c.limit-c.l.reserved()-freeing, 0)
 }
 
 // newSegment returns the segment, not yet allocated, that a miss of size

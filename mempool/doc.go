@@ -187,9 +187,11 @@
 //
 //  1. a free block that fits, the queue caches drained first;
 //  2. a new segment of the policy's size;
-//  3. on a refusal, an arena first frees the wholly free segments it kept
-//     while growing within its slack, and retries: they cost nothing to
-//     give up;
+//  3. on a refusal, an arena first retries with any free block that fits,
+//     whatever its placement rules (the tail of a segment sized for one
+//     large request, say), if one does; then it frees the wholly free
+//     segments it kept while growing within its slack, and retries: they
+//     cost nothing to give up;
 //  4. with drop safety, the garbage collector runs, so that dropped
 //     buffers come back (PyOpenCL's order), and, if any did, the request
 //     is tried again;

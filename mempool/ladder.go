@@ -18,6 +18,9 @@ import (
 // in order, after the first refusal of a segment (by the limit or the
 // device):
 //
+//  0. with the arena, if a free block holds the request that the
+//     placement rules kept from it (an own or huge segment's tail, say),
+//     retry: from now on any free block that fits serves (GetAnyOn);
 //  1. free the segments the arena's slack kept (see policy.Arenas), which
 //     growing without the slack would have freed, and retry;
 //  2. collect buffers dropped without Close (PyOpenCL's order) and, if
@@ -31,8 +34,9 @@ import (
 //     and retry (at most finalRounds times);
 //  6. fail with an *OutOfMemoryError that says where the memory is.
 //
-// Each retry looks for a free block first. Termination: a rung is left
-// for the next one and never revisited, except rung 3, which runs at most
+// Each retry looks for a free block first, of any segment once the ladder
+// began. Termination: a rung is left for the next one and never
+// revisited, except rung 3, which runs at most
 // as many times as the pool had segments when it began, and rung 5, at
 // most finalRounds times.
 type ladder struct {
@@ -50,7 +54,8 @@ type ladder struct {
 
 // Rungs of the ladder.
 const (
-	rungKept = iota
+	rungAny = iota
+	rungKept
 	rungCollect
 	rungFree
 	rungOwn
@@ -165,6 +170,17 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 	lad.pressed = true
 	for {
 		switch lad.rung {
+		case rungAny:
+			lad.rung = rungKept
+			if !p.arena {
+				continue // exact bins have no placement rules
+			}
+			p.lock()
+			fits := p.pol.LargestFree() >= req.need()
+			p.mu.Unlock()
+			if fits {
+				return p.retried()
+			}
 		case rungKept:
 			lad.rung = rungCollect
 			p.lock()
@@ -237,7 +253,7 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 			c := p.pol.Counts()
 			changed := c.FreeBlocks > c.SplitBlocks[0]+c.SplitBlocks[1] || // a wholly free segment
 				p.l.freeBatches > lad.freesSeen || // memory went back to the device since the decision
-				lad.cause == nil && p.room() >= lad.try().Size // the limit has room now
+				lad.cause == nil && p.room(nil) >= lad.try().Size // the limit has room now
 			p.mu.Unlock()
 			if !changed {
 				return false // nothing has changed since the refusal
