@@ -303,7 +303,11 @@ func onQueue(b Block, q *cl.CommandQueue) error {
 	if err != nil {
 		return fmt.Errorf("ordering after the block's queue: %w", err)
 	}
-	err = q.EnqueueBarrier(m)
+	// Another queue may wait on the marker only once its queue has been
+	// flushed (the OpenCL specification; mempool's markers are too).
+	if err = bq.Flush(); err == nil {
+		err = q.EnqueueBarrier(m)
+	}
 	if rerr := m.Release(); err == nil {
 		err = rerr
 	}
