@@ -78,3 +78,20 @@ func TestHostileS33FFlagsAndExitCodes(t *testing.T) {
 		assert.Equal(t, c.code, run(c.args, &stdout, &stderr), "%q: %s", c.args, stderr.String())
 	}
 }
+
+// FAILED on 78037bf: `clpool viz -o trace.tsv trace.tsv` replaced the
+// trace with the page (the s33f review noted it). It is refused now, and
+// the trace is left as it was.
+func TestVizRefusesToWriteOverItsInput(t *testing.T) {
+	tr := filepath.Join(t.TempDir(), "trace.tsv")
+	data, err := os.ReadFile(s33fTrace(t))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(tr, data, 0o644))
+	var stderr bytes.Buffer
+	code := run([]string{"viz", "-o", tr, tr}, &bytes.Buffer{}, &stderr)
+	assert.Equal(t, 1, code, stderr.String())
+	assert.Contains(t, stderr.String(), "is the input")
+	after, err := os.ReadFile(tr)
+	require.NoError(t, err)
+	assert.Equal(t, data, after, "the trace is untouched")
+}

@@ -247,6 +247,11 @@ func vizCmd(args []string, stderr io.Writer) error {
 	if *out == "" {
 		return errors.New("-o: want a file name")
 	}
+	if in, err := os.Stat(fs.Arg(0)); err == nil {
+		if o, err := os.Stat(*out); err == nil && os.SameFile(in, o) {
+			return fmt.Errorf("-o %s is the input: the page would replace it", *out)
+		}
+	}
 	prog := newProgress(stderr)
 	pg, err := loadPage(fs.Arg(0), *policy, prog)
 	prog.done()
