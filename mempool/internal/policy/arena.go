@@ -54,10 +54,7 @@ type Arena[T comparable] struct {
 	tinySplit int64
 	// ownMin is the least request that takes blocks of own segments.
 	ownMin int64
-	// step, if set, returns the growth step: the segment a request of
-	// at most that size would get (see find).
-	step  func() int64
-	quick quickLists[T] // the free blocks waiting unmerged
+	quick  quickLists[T] // the free blocks waiting unmerged
 
 	segs  []*Segment[T] // every segment
 	empty []*Segment[T] // the wholly free ones, in the order they became so
@@ -68,6 +65,9 @@ type Arena[T comparable] struct {
 	counts *Counts
 	stale  []T
 	spare  *Block[T] // blocks merged away, for split to reuse (linked by fnext)
+	// step, if set, returns the growth step: the segment a request of
+	// at most that size would get (see find).
+	step func() int64
 }
 
 // kindOf returns the index of s's kind in Counts' SplitBlocks: 0 for a
@@ -526,12 +526,17 @@ func (a *Arena[T]) index(b *Block[T]) *freeIndex[T] {
 // growth step takes a block of a huge segment more than twice the step.
 func (a *Arena[T]) find(n int64) *Block[T] {
 	b := a.place(n)
-	if b == nil || !b.Seg.huge || a.step == nil {
-		return b
+	if b != nil && b.Seg.huge && a.step != nil {
+		return a.lookPast(b, n) // apart, so that find is inlined
 	}
-	// Look past the blocks n passes over, each taken off its index
-	// meanwhile: each turn takes one off, so the loop ends. Adopt
-	// passes over them too, so none moves to another index meanwhile.
+	return b
+}
+
+// lookPast is find when place chose b, a block of a huge segment: the
+// blocks n passes over, b first, are each taken off their index while
+// place chooses again, so the loop ends; adopt passes over them too, so
+// none moves to another index meanwhile.
+func (a *Arena[T]) lookPast(b *Block[T], n int64) *Block[T] {
 	step := a.step()
 	var passed []*Block[T]
 	for b != nil && passOver(b.Seg, n, step) {
