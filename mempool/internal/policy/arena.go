@@ -29,9 +29,11 @@ const indexLeadingBits = 10
 // KiB). A smaller request takes a wholly free own segment only when no
 // other block fits it, which then becomes an ordinary segment.
 //
-// The blocks of huge segments (made for one request over half the
-// preferred segment size) serve no request of at most the growth step
-// while the segment is more than twice the step (see passOver).
+// The free blocks of huge segments (made for one request over half the
+// preferred segment size) are indexed apart too: they serve requests of
+// at least ownMin bytes, but none of at most the growth step while the
+// segment is more than twice the step (see passOver), and a wholly free
+// one is never adopted.
 //
 // An arena may defer merging, as dlmalloc's fast bins do: a few blocks
 // given back wait unmerged on quick lists, by exact size (see SetQuick), and a request
@@ -46,6 +48,7 @@ type Arena[T comparable] struct {
 	sized freeIndex[T] // the merged free blocks of ordinary segments
 	owned freeIndex[T] // the merged free blocks of own segments
 	tiny  freeIndex[T] // the merged free blocks of tiny segments
+	huge  freeIndex[T] // the merged free blocks of huge segments (see passOver)
 	// tinyMax is the largest request that takes blocks of tiny segments
 	// only (0: none do, and the arena has no tiny segment).
 	tinyMax int64
@@ -87,7 +90,8 @@ func NewArena[T comparable](align int64, leadingBits int) *Arena[T] {
 		panic(fmt.Sprintf("policy: arena alignment %d is not a power of two of at least %d", align, MinBlock))
 	}
 	lb := min(leadingBits, indexLeadingBits)
-	return &Arena[T]{align: align, lb: lb, sized: newFreeIndex[T](lb), owned: newFreeIndex[T](lb), tiny: newFreeIndex[T](lb), counts: new(Counts)}
+	return &Arena[T]{align: align, lb: lb, sized: newFreeIndex[T](lb), owned: newFreeIndex[T](lb), tiny: newFreeIndex[T](lb),
+		huge: newFreeIndex[T](lb), counts: new(Counts)}
 }
 
 // SetOwnMin sets the least request that takes blocks of own segments.
@@ -179,7 +183,7 @@ func (a *Arena[T]) GetAny(n int64) *Block[T] {
 	a.Flush()
 	c := BinNumber(n, a.lb)
 	var b *Block[T]
-	for _, x := range []*freeIndex[T]{&a.sized, &a.owned, &a.tiny} {
+	for _, x := range []*freeIndex[T]{&a.sized, &a.owned, &a.tiny, &a.huge} {
 		if f := fitIn(x, c, n); f != nil && (b == nil || f.Size < b.Size) {
 			b = f
 		}
@@ -340,7 +344,7 @@ func (a *Arena[T]) LargestFree() int64 {
 	for _, s := range a.empty {
 		m = max(m, s.Size) // oversize segments are not indexed
 	}
-	for _, x := range []*freeIndex[T]{&a.sized, &a.owned, &a.tiny} {
+	for _, x := range []*freeIndex[T]{&a.sized, &a.owned, &a.tiny, &a.huge} {
 		if c, ok := x.largest(); ok {
 			m = max(m, x.tail(c).Size)
 		}
@@ -511,6 +515,9 @@ func (a *Arena[T]) index(b *Block[T]) *freeIndex[T] {
 	if b.Seg.tiny {
 		return &a.tiny
 	}
+	if b.Seg.huge {
+		return &a.huge
+	}
 	if b.Seg.own {
 		return &a.owned
 	}
@@ -522,32 +529,33 @@ func (a *Arena[T]) index(b *Block[T]) *freeIndex[T] {
 // tiny segments, which no other takes. A request of at least ownMin
 // bytes may take any other block; a smaller one, only blocks of
 // ordinary segments, or, if none fits, the smallest wholly free own
-// segment that does, which becomes ordinary. No request of at most the
-// growth step takes a block of a huge segment more than twice the step.
+// segment that does, which becomes ordinary (not a huge one). No
+// request of at most the growth step takes a block of a huge segment
+// more than twice the step.
 func (a *Arena[T]) find(n int64) *Block[T] {
 	b := a.place(n)
-	if b != nil && b.Seg.huge && a.step != nil {
-		return a.lookPast(b, n) // apart, so that find is inlined
+	if a.huge.n > 0 && n >= a.ownMin && n > a.tinyMax && a.step != nil {
+		return a.orHuge(b, n)
 	}
 	return b
 }
 
-// lookPast is find when place chose b, a block of a huge segment: the
-// blocks n passes over, b first, are each taken off their index while
-// place chooses again, so the loop ends; adopt passes over them too, so
-// none moves to another index meanwhile.
-func (a *Arena[T]) lookPast(b *Block[T], n int64) *Block[T] {
+// orHuge returns the smallest free block of a huge segment that n may
+// take (see passOver) if it is smaller than b, else b. The growth step is
+// asked only when such a block would win.
+func (a *Arena[T]) orHuge(b *Block[T], n int64) *Block[T] {
+	h := fitIn(&a.huge, BinNumber(n, a.lb), n)
+	if h == nil || b != nil && b.Size <= h.Size {
+		return b
+	}
 	step := a.step()
-	var passed []*Block[T]
-	for b != nil && passOver(b.Seg, n, step) {
-		a.index(b).remove(b)
-		passed = append(passed, b)
-		b = a.place(n)
+	for h != nil && passOver(h.Seg, n, step) { // the next in size order: the index is finite
+		h = a.huge.next(h)
 	}
-	for _, p := range passed {
-		a.index(p).push(p)
+	if h == nil || b != nil && b.Size <= h.Size {
+		return b
 	}
-	return b
+	return h
 }
 
 // passOver reports whether a request of n bytes passes over the free
@@ -562,13 +570,7 @@ func passOver[T comparable](s *Segment[T], n, step int64) bool {
 	return s.huge && n <= step && s.Size > 2*step
 }
 
-// passesOver is passOver with the arena's growth step, asked only of a
-// huge segment.
-func (a *Arena[T]) passesOver(s *Segment[T], n int64) bool {
-	return s.huge && a.step != nil && passOver(s, n, a.step())
-}
-
-// place is find's choice before find passes over a huge segment.
+// place is find's choice among the blocks of other than huge segments.
 func (a *Arena[T]) place(n int64) *Block[T] {
 	if n <= a.tinyMax {
 		c := BinNumber(n, a.lb)
@@ -632,7 +634,7 @@ func (a *Arena[T]) findOwned(n int64) *Block[T] {
 func (a *Arena[T]) adopt(n int64) *Block[T] {
 	var best *Segment[T]
 	for _, s := range a.empty {
-		if s.own && s.Size >= n && (best == nil || s.Size < best.Size) && !a.passesOver(s, n) {
+		if s.own && !s.huge && s.Size >= n && (best == nil || s.Size < best.Size) {
 			best = s
 		}
 	}
@@ -766,7 +768,7 @@ func (a *Arena[T]) Check() error {
 			quick, large, a.quick.len(), a.quick.large, a.quick.max, a.quick.maxLarge)
 	}
 	total, bad := 0, false
-	for _, x := range []*freeIndex[T]{&a.sized, &a.owned, &a.tiny} {
+	for _, x := range []*freeIndex[T]{&a.sized, &a.owned, &a.tiny, &a.huge} {
 		if err := x.check(); err != nil {
 			return err
 		}
@@ -775,7 +777,7 @@ func (a *Arena[T]) Check() error {
 			bad = bad || b.class != c || !b.free || b.quick || a.index(b) != x
 		})
 	}
-	if n := a.sized.n + a.owned.n + a.tiny.n; bad || total != sized || n != sized {
+	if n := a.sized.n + a.owned.n + a.tiny.n + a.huge.n; bad || total != sized || n != sized {
 		return fmt.Errorf("%d blocks indexed (%d counted), %d free blocks to index", total, n, sized)
 	}
 	return nil

@@ -48,12 +48,12 @@ func FuzzArena(f *testing.F) {
 					// None fits that the request may take, waiting
 					// blocks merged: a segment made for one request
 					// serves a smaller one than OwnMin only once it is
-					// wholly free.
+					// wholly free (and not huge: see Arenas.PassesOver).
 					n := p.Round(size)
 					tiny := n <= policy.TinyBlock
 					var best *policy.Block[int] // a tiny request's smallest fit of the other segments
 					for s := range segs {
-						may := s.Tiny() == tiny && (!s.Own() || n >= p.OwnMin() || s.WhollyFree()) && !p.PassesOver(s, size)
+						may := s.Tiny() == tiny && (!s.Own() || n >= p.OwnMin() || s.WhollyFree() && !s.Huge()) && !p.PassesOver(s, size)
 						for x := range s.Blocks() {
 							fits := x.Free() && !s.Oversize && x.Size >= n
 							require.False(t, fits && may,

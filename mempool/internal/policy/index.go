@@ -65,6 +65,18 @@ func (x *freeIndex[T]) fit(c uint32, n int64) *Block[T] {
 	}
 }
 
+// next returns the block after b, listed, in size order: the next of its
+// class, else the first of the next class that has one; nil if none.
+func (x *freeIndex[T]) next(b *Block[T]) *Block[T] {
+	if b.fnext != nil {
+		return b.fnext
+	}
+	if c, ok := x.above(b.class); ok {
+		return x.head(c)
+	}
+	return nil
+}
+
 // push lists b in its class, before the blocks of its size or larger.
 func (x *freeIndex[T]) push(b *Block[T]) {
 	c := BinNumber(b.Size, x.lb)
