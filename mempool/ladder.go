@@ -4,15 +4,13 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/clpool/clpool/allocator"
-	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/mempool/internal/policy"
 )
 
 // This file is a request's way past the queue caches (serve): a free
 // block of the policy, and on a miss a new segment (grow), down the
-// out-of-memory ladder (nextRung) as far as it must; and the errors it
-// ends with.
+// out-of-memory ladder (nextRung) as far as it must. The errors it ends
+// with are in errors.go.
 
 // ladder is where a request stands on the out-of-memory ladder. Its rungs,
 // in order, after the first refusal of a segment (by the limit or the
@@ -289,38 +287,6 @@ func segmentsOf(s *segment) []*segment {
 	return []*segment{s}
 }
 
-// refuseSize is the error for a size past p.sizeCap: a negative one, and
-// one larger than the device's largest buffer (or, where the pool does
-// not know its device, one whose block size would overflow), which no
-// amount of freeing could serve. The latter is an *OutOfMemoryError, as
-// torch and CuPy raise theirs there: counted in OOMs, and told to the
-// hooks as a malloc that failed.
-func (p *Pool) refuseSize(size int64) error {
-	if size < 0 {
-		return fmt.Errorf("mempool: Allocate(%d): negative size: %w", size, cl.ErrInvalidBufferSize)
-	}
-	e := &OutOfMemoryError{Requested: size, AllocSize: size, DeviceMaxAlloc: p.maxAlloc, Err: cl.ErrInvalidBufferSize}
-	if p.device != nil {
-		e.DeviceTotal = p.device.GlobalMemSize
-	}
-	var err error = e
-	p.lock()
-	if p.life == lifeClosed {
-		err = ErrPoolClosed // a closed pool refuses every request alike
-	} else {
-		e.Limit = p.limit
-		p.l.oomRefused()
-	}
-	p.mu.Unlock()
-	req := &request{size: size, hooks: p.hooks.Load()}
-	if req.hooks != nil {
-		if herr := p.emit(req.hooks, Event{Kind: MallocBefore, Size: size, AllocSize: size}); herr != nil {
-			return errors.Join(err, herr)
-		}
-	}
-	return p.mallocFailed(req, err)
-}
-
 // maxRequest is the largest size the pool serves when it does not know
 // its device: any block size a policy rounds it to still fits an int64.
 const maxRequest = 1 << 60
@@ -378,38 +344,4 @@ func (p *Pool) unreserve(seg *segment) {
 	p.lock()
 	p.l.unreserve(seg)
 	p.mu.Unlock()
-}
-
-// isOutOfMemory reports whether an allocator's error means the device is
-// out of memory, which freeing held blocks may cure.
-func isOutOfMemory(err error) bool {
-	return errors.Is(err, cl.ErrMemObjectAllocationFailure) ||
-		errors.Is(err, cl.ErrOutOfResources) ||
-		errors.Is(err, cl.ErrOutOfHostMemory) ||
-		errors.Is(err, allocator.ErrOutOfMemory)
-}
-
-// outOfMemory counts and returns the error of a request the ladder could
-// not serve: it tried a segment of n bytes last, and the device refused
-// it with cause (nil: the limit refused it).
-func (p *Pool) outOfMemory(req *request, n int64, cause error) error {
-	p.drainCaches() // the figures count what the queue caches did and held too (a drain flushes their sums)
-	p.lock()
-	defer p.mu.Unlock()
-	p.countMiss(req) // not yet, if a drain was asked for
-	p.l.oomRefused()
-	s := p.statsLocked()
-	e := &OutOfMemoryError{
-		Requested: req.size, AllocSize: n,
-		ActiveBlocks: s.ActiveBlocks, ActiveBytes: s.ActiveBytes,
-		HeldBlocks: s.HeldBlocks, HeldBytes: s.HeldBytes,
-		ManagedBytes: s.ManagedBytes, Limit: p.limit, Err: cause,
-	}
-	if p.device != nil {
-		e.DeviceTotal = p.device.GlobalMemSize
-	}
-	if n := p.pol.LargestFree(); n > 0 {
-		e.LargestHeldBin, e.LargestHeldSize = BinNumber(n, p.leadingBits), n
-	}
-	return e
 }
