@@ -51,6 +51,15 @@ func syntheticTraces() []synthTrace {
 		// the preferred segment), freed before the next (a simulation
 		// whose state is remade every few thousand arrays).
 		{"synth-huge-boundaries.tsv", func() []trace.Event { return hugeAmongBoundaries(rand.New(rand.NewPCG(3, 4)), 8000) }},
+		// Shapes an adversary found (session 33), which the arena and
+		// the torch-like reference both miss (see shortfalls): a state
+		// of five arrays remade every step beside a scratch array of
+		// random size; particle arrays remade as their number grows,
+		// then shrinks, with a neighbour list of random size; a state
+		// that grows 0.2% a step, remade every step.
+		{"synth-remade-scratch.tsv", func() []trace.Event { return remadeScratch(rand.New(rand.NewPCG(5, 6)), 250) }},
+		{"synth-particles-grow.tsv", func() []trace.Event { return particlesGrow(rand.New(rand.NewPCG(7, 8)), 60_000, 400) }},
+		{"synth-state-grow.tsv", func() []trace.Event { return stateGrow(0.002, 600) }},
 	}
 }
 
@@ -228,6 +237,89 @@ func hugeAmongBoundaries(r *rand.Rand, n int) []trace.Event {
 		ev = append(ev, trace.Event{Op: trace.Free, ID: id})
 	}
 	return ev
+}
+
+// remadeScratch is a simulation's state of five arrays (three of 2.4 MB,
+// two of 0.8 MB) over steps: each step a scratch array of 16 to 32 MiB,
+// then the state made anew, the old freed, then the scratch freed.
+func remadeScratch(r *rand.Rand, steps int) []trace.Event {
+	var e events
+	sizes := []int64{2_400_000, 2_400_000, 2_400_000, 800_000, 800_000}
+	var state []int64
+	for _, n := range sizes {
+		state = append(state, e.alloc(n))
+	}
+	for range steps {
+		scratch := e.alloc(16<<20 + r.Int64N(16<<20+1))
+		old := state
+		state = nil
+		for _, n := range sizes {
+			state = append(state, e.alloc(n))
+		}
+		e.free(old...)
+		e.free(scratch)
+	}
+	e.free(state...)
+	return e.ev
+}
+
+// particlesGrow is a particle simulation of n particles over steps: five
+// arrays per particle (12, 12, 12, 4 and 4 bytes each); each step a cell
+// index, a sort index and a neighbour list of 20 to 40 entries per
+// particle, forces, the three temporaries freed; the count grows 1% a
+// step for the first 60% of the steps, then shrinks 1%, the particle
+// arrays made anew (the old freed after) whenever it changes; the forces
+// freed last.
+func particlesGrow(r *rand.Rand, n int64, steps int) []trace.Event {
+	var e events
+	per := []int64{12, 12, 12, 4, 4}
+	make := func(n int64) (ids []int64) {
+		for _, b := range per {
+			ids = append(ids, e.alloc(n*b))
+		}
+		return ids
+	}
+	arrs := make(n)
+	for step := range steps {
+		cells, idx := e.alloc(4*n), e.alloc(4*n)
+		nb := e.alloc(4 * (n * (20 + r.Int64N(21))))
+		forces := e.alloc(12 * n)
+		e.free(cells, idx, nb)
+		n2 := n * 101 / 100
+		if step >= steps*6/10 {
+			n2 = n * 99 / 100
+		}
+		if n2 != n {
+			next := make(n2)
+			e.free(arrs...)
+			arrs, n = next, n2
+		}
+		e.free(forces)
+	}
+	e.free(arrs...)
+	return e.ev
+}
+
+// stateGrow is a state of five arrays (three of 24 MB, two of 8 MB) that
+// grows by rate every step, made anew each step before the old is freed.
+func stateGrow(rate float64, steps int) []trace.Event {
+	var e events
+	sizes := []float64{24e6, 24e6, 24e6, 8e6, 8e6}
+	var state []int64
+	for _, n := range sizes {
+		state = append(state, e.alloc(int64(n)))
+	}
+	for range steps {
+		old := state
+		state = nil
+		for i := range sizes {
+			sizes[i] *= 1 + rate
+			state = append(state, e.alloc(int64(sizes[i])))
+		}
+		e.free(old...)
+	}
+	e.free(state...)
+	return e.ev
 }
 
 // radixGrow mimics a simulation that sorts its particles by cell every
