@@ -145,8 +145,9 @@ func (c *core) serveBlock(req *request, b *block) decision {
 // would pass math.MaxInt64 (an allocator that names no device may hand
 // out that much). An arena's segment too large for the room the limit
 // leaves shrinks to the room, if need (the request's own block) still
-// fits (a limit's room is within math.MaxInt64 too). The pool frees
-// freed, this decision's, before it allocates seg.
+// fits (a limit's room is within math.MaxInt64 too). freed are the
+// segments the decision gives up, which the pool frees before it
+// allocates seg.
 func (c *core) reserve(seg *segment, need int64, freed []*segment) *segment {
 	room := c.room(freed)
 	if room < 0 && seg.Size > math.MaxInt64-c.l.reserved() {
