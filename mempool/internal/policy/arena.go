@@ -630,7 +630,7 @@ func (a *Arena[T]) findOwned(n int64) *Block[T] {
 	if n < a.ownMin {
 		return a.adopt(n)
 	}
-	if o := fitIn(&a.owned, c, n); o != nil && (b == nil || o.Size < b.Size && o.Seg.Size <= ownSpan*n) {
+	if o := fitIn(&a.owned, c, n); o != nil && (b == nil || o.Size < b.Size && o.Seg.Size/ownSpan <= n) {
 		return o
 	}
 	return b
