@@ -29,9 +29,9 @@
 // growth step, no request the step would serve takes a block of it: small
 // blocks never pin it, and the next huge array finds it whole (or the
 // pool frees it before it grows). So a small program takes one small
-// segment, and a large one few. Small and large requests share the segments (keeping
-// them apart, as torch does, cost up to 7 times the device allocations for
-// a few percent of memory). Where the limit leaves less room, a segment
+// segment, and a large one few. Small and large requests share the
+// segments (keeping them apart, as torch does, cost up to 7 times the
+// device allocations for a few percent of memory). Where the limit leaves less room, a segment
 // shrinks to the room; after the device or the limit refuses one and
 // nothing else helps, a segment of the request's own size (see Out of
 // memory). A request takes the smallest free block of its class that
@@ -53,7 +53,9 @@
 // A segment made for one large request (past the growth step) serves
 // only requests of at least 1/192 of the pool until it is wholly free, so
 // that a small long-lived block cannot keep a large segment from going
-// back. And when a pool whose last busy period grew it by a little goes
+// back; and, while an ordinary block fits, only requests of at least an
+// eighth of its size, so that the next array of its size finds its tail
+// free. And when a pool whose last busy period grew it by a little goes
 // idle (at most an eighth of it in use, the rest wholly free segments),
 // its next request gets one segment of that period's peak and an eighth
 // more in place of the wholly free ones: a program whose rounds each
