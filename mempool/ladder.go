@@ -170,11 +170,8 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 		switch lad.rung {
 		case rungAny:
 			lad.rung = rungKept
-			if !p.arena {
-				continue // exact bins have no placement rules
-			}
 			p.lock()
-			fits := p.pol.LargestFree() >= req.need()
+			fits := p.pol.AnyFits(req.need()) // exact bins: never
 			p.mu.Unlock()
 			if fits {
 				return p.retried()

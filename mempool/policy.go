@@ -25,8 +25,10 @@ type placement interface {
 	// nil; it may prefer blocks that only queue q may still use.
 	GetOn(size int64, q int32) *block
 	// GetAnyOn is GetOn for a request on the out-of-memory ladder: it
-	// may take a block the policy keeps for other requests.
+	// may take a block the policy keeps for other requests. AnyFits
+	// reports whether it would find one where GetOn found none.
 	GetAnyOn(size int64, q int32) *block
+	AnyFits(size int64) bool
 	// NewSegment returns the segment, not yet allocated, that a miss of
 	// size makes (the pool's ladder may try a segment of BlockSize(size)
 	// bytes instead, with the same marks).

@@ -339,10 +339,16 @@ func (a *Arena[T]) LargestSegment() int64 {
 // block waiting unmerged counts with its free neighbours, as merging
 // (which any request it does not serve as it is makes first) would make
 // it.
-func (a *Arena[T]) LargestFree() int64 {
+func (a *Arena[T]) LargestFree() int64 { return a.largest(true) }
+
+// largest is LargestFree, of the blocks of segments that are not
+// oversize too unless oversize is set.
+func (a *Arena[T]) largest(oversize bool) int64 {
 	var m int64
 	for _, s := range a.empty {
-		m = max(m, s.Size) // oversize segments are not indexed
+		if oversize && s.Oversize {
+			m = max(m, s.Size) // oversize segments are not indexed
+		}
 	}
 	for _, x := range []*freeIndex[T]{&a.sized, &a.owned, &a.tiny, &a.huge} {
 		if c, ok := x.largest(); ok {
@@ -524,8 +530,10 @@ func (a *Arena[T]) index(b *Block[T]) *freeIndex[T] {
 	return &a.sized
 }
 
-// find returns the smallest free block of at least n bytes that n may
-// take, or nil. A request of up to tinyMax bytes takes only blocks of
+// find returns a free block of at least n bytes that n may take, or nil:
+// the smallest, but for a block of an own or huge segment more than
+// ownSpan times n, which it takes only if no ordinary block fits (see
+// findOwned). A request of up to tinyMax bytes takes only blocks of
 // tiny segments, which no other takes. A request of at least ownMin
 // bytes may take any other block; a smaller one, only blocks of
 // ordinary segments, or, if none fits, the smallest wholly free own
@@ -552,8 +560,8 @@ func (a *Arena[T]) orHuge(b *Block[T], n int64) *Block[T] {
 	for h != nil && passOver(h.Seg, n, step) { // the next in size order: the index is finite
 		h = a.huge.next(h)
 	}
-	if h == nil || b != nil && b.Size <= h.Size {
-		return b
+	if h == nil || b != nil && (b.Size <= h.Size || h.Seg.Size/ownSpan > n) {
+		return b // as findOwned: a block much smaller than its segment goes only where no ordinary one fits
 	}
 	return h
 }

@@ -253,6 +253,13 @@ func (p *Arenas[T]) GetAnyOn(size int64, q int32) *Block[T] {
 	return b
 }
 
+// AnyFits reports whether GetAnyOn could serve a request of size where
+// GetOn found nothing: a free block of a segment not oversize holds it.
+// An oversize request gets only what GetOn gives it.
+func (p *Arenas[T]) AnyFits(size int64) bool {
+	return !p.Oversize(size) && p.a.largest(false) >= p.Round(size)
+}
+
 // consolidation returns the size of the segment that is to replace the
 // pool's wholly free segments, and true, if the pool is consolidating
 // (see replacement) and that segment serves a block of n bytes: at least

@@ -130,6 +130,9 @@ const preferScan = 4
 // GetAnyOn is GetOn: exact bins have no placement rule to relax.
 func (p *Bins[T]) GetAnyOn(size int64, q int32) *Block[T] { return p.GetOn(size, q) }
 
+// AnyFits reports false: GetAnyOn finds nothing GetOn did not.
+func (p *Bins[T]) AnyFits(size int64) bool { return false }
+
 // GetOn is Get for a request on queue q (0: none): among the few most
 // recently given back blocks of the bin, it takes the newest that only q
 // may still use, else the newest.
