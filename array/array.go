@@ -280,13 +280,13 @@ type queued interface {
 	RecordQueue(q *cl.CommandQueue) error
 }
 
-// onQueue makes a block, of q's context, allocated for another queue than q (pool.Allocate
-// on the allocator's queue, say) safe to use on q, both ways: q waits for
-// the commands already enqueued on the block's queue (a marker there, a
-// barrier on q), which may still use the block's memory for its previous
-// owner; and the block records q (RecordQueue, as torch's
-// record_stream), so that the pool reuses it only after the array's
-// commands on q.
+// onQueue makes a block of q's context, allocated for another queue than
+// q (pool.Allocate on the allocator's queue, say), safe to use on q, both
+// ways: q waits for the commands already enqueued on the block's queue (a
+// marker there, a barrier on q), which may still use the block's memory
+// for its previous owner; and the block records q (RecordQueue, as
+// torch's record_stream), so that the pool reuses it only after the
+// array's commands on q.
 func onQueue(b Block, q *cl.CommandQueue) error {
 	qb, ok := b.(queued)
 	if !ok || qb.Queue() == q {
