@@ -352,7 +352,7 @@ func (p *Arenas[T]) segmentSize(size int64) (int64, bool) {
 	if p.Oversize(size) {
 		return own, false
 	}
-	if n > p.preferred/2 {
+	if p.huge(size) {
 		return own, true
 	}
 	if p.pending >= n {
@@ -420,9 +420,13 @@ func (p *Arenas[T]) outgrew(n int64) bool {
 func (p *Arenas[T]) NewSegment(size int64) *Segment[T] {
 	n, own := p.segmentSize(size)
 	small := p.small(size)
-	over := p.Oversize(size)
-	return &Segment[T]{Size: n, Small: small, Oversize: over, own: own && !small, tiny: p.tiny(size),
-		huge: !over && p.Round(size) > p.preferred/2}
+	return &Segment[T]{Size: n, Small: small, Oversize: p.Oversize(size), own: own && !small, tiny: p.tiny(size), huge: p.huge(size)}
+}
+
+// huge reports whether a segment made for a request of size is huge: its
+// block is over half the preferred size, and it is not oversize.
+func (p *Arenas[T]) huge(size int64) bool {
+	return p.Round(size) > p.preferred/2 && !p.Oversize(size)
 }
 
 // small reports whether a segment made for a request of size is small.
