@@ -58,6 +58,59 @@ func s33fChurn(a interface {
 	}
 }
 
+// s33fChurnLimitStopClose runs a goroutine churning (s33fChurn) on each
+// of queues (nil: pool.Allocate, no queue) while the test changes the
+// limit, frees what is held, stops holding and closes the pool; then it
+// closes the blocks left open. It reports false if the goroutines hung.
+func s33fChurnLimitStopClose(t *testing.T, p *mempool.Pool, queues []*cl.CommandQueue) bool {
+	t.Helper()
+	stop := make(chan struct{})
+	errs := make(chan error, 64)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var left []*mempool.PooledBuffer
+	for g, qq := range queues {
+		wg.Go(func() {
+			var a interface {
+				Allocate(int64) (*mempool.PooledBuffer, error)
+			} = p
+			if qq != nil {
+				a = p.On(qq)
+			}
+			open := s33fChurn(a, uint64(g), stop, errs)
+			mu.Lock()
+			left = append(left, open...)
+			mu.Unlock()
+		})
+	}
+	limits := []int64{0, 1 << 20, 8 << 20, 3 << 20, 64 << 20, 0, 2 << 20}
+	for i := range 40 {
+		assert.NoError(t, p.SetLimit(limits[i%len(limits)]))
+		if i%5 == 0 {
+			assert.NoError(t, p.FreeHeld())
+		}
+		if i == 25 {
+			assert.NoError(t, p.StopHolding())
+		}
+		if i == 32 {
+			assert.NoError(t, p.Close())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	close(stop)
+	if !within(t, "the churning goroutines", wg.Wait) {
+		return false
+	}
+	close(errs)
+	for err := range errs {
+		t.Errorf("unexpected error: %v", err)
+	}
+	for _, b := range left {
+		assert.NoError(t, b.Close())
+	}
+	return true
+}
+
 // PASSES (so far): goroutines allocating on three queues (one out of
 // order) through pool.On while another changes the limit, frees what is
 // held, stops holding and closes the pool, and the blocks still open are
@@ -76,49 +129,8 @@ func TestHostileS33FLimitStopCloseRaceOnQueues(t *testing.T) {
 			p, err := mempool.New(count, policyOptions(arena)...)
 			require.NoError(t, err)
 
-			stop := make(chan struct{})
-			errs := make(chan error, 64)
-			var wg sync.WaitGroup
-			var mu sync.Mutex
-			var left []*mempool.PooledBuffer
-			for g, qq := range []*cl.CommandQueue{q, q2, q3, q, q2, nil} {
-				wg.Go(func() {
-					var a interface {
-						Allocate(int64) (*mempool.PooledBuffer, error)
-					} = p
-					if qq != nil {
-						a = p.On(qq)
-					}
-					open := s33fChurn(a, uint64(g), stop, errs)
-					mu.Lock()
-					left = append(left, open...)
-					mu.Unlock()
-				})
-			}
-			limits := []int64{0, 1 << 20, 8 << 20, 3 << 20, 64 << 20, 0, 2 << 20}
-			for i := range 40 {
-				assert.NoError(t, p.SetLimit(limits[i%len(limits)]))
-				if i%5 == 0 {
-					assert.NoError(t, p.FreeHeld())
-				}
-				if i == 25 {
-					assert.NoError(t, p.StopHolding())
-				}
-				if i == 32 {
-					assert.NoError(t, p.Close())
-				}
-				time.Sleep(2 * time.Millisecond)
-			}
-			close(stop)
-			if !within(t, "the churning goroutines", wg.Wait) {
+			if !s33fChurnLimitStopClose(t, p, []*cl.CommandQueue{q, q2, q3, q, q2, nil}) {
 				return
-			}
-			close(errs)
-			for err := range errs {
-				t.Errorf("unexpected error: %v", err)
-			}
-			for _, b := range left {
-				assert.NoError(t, b.Close())
 			}
 			require.NoError(t, q.Finish())
 			require.NoError(t, q2.Finish())
@@ -194,49 +206,8 @@ func TestHostileS33FSVMLimitStopCloseRaceOnQueues(t *testing.T) {
 			p, err := mempool.NewSVM(count, policyOptions(arena)...)
 			require.NoError(t, err)
 
-			stop := make(chan struct{})
-			errs := make(chan error, 64)
-			var wg sync.WaitGroup
-			var mu sync.Mutex
-			var left []*mempool.PooledBuffer
-			for g, qq := range []*cl.CommandQueue{q, q2, q3, q2, nil} {
-				wg.Go(func() {
-					var a interface {
-						Allocate(int64) (*mempool.PooledBuffer, error)
-					} = p
-					if qq != nil {
-						a = p.On(qq)
-					}
-					open := s33fChurn(a, uint64(g), stop, errs)
-					mu.Lock()
-					left = append(left, open...)
-					mu.Unlock()
-				})
-			}
-			limits := []int64{0, 1 << 20, 8 << 20, 3 << 20, 64 << 20, 0, 2 << 20}
-			for i := range 40 {
-				assert.NoError(t, p.SetLimit(limits[i%len(limits)]))
-				if i%5 == 0 {
-					assert.NoError(t, p.FreeHeld())
-				}
-				if i == 25 {
-					assert.NoError(t, p.StopHolding())
-				}
-				if i == 32 {
-					assert.NoError(t, p.Close())
-				}
-				time.Sleep(2 * time.Millisecond)
-			}
-			close(stop)
-			if !within(t, "the churning goroutines", wg.Wait) {
+			if !s33fChurnLimitStopClose(t, p, []*cl.CommandQueue{q, q2, q3, q2, nil}) {
 				return
-			}
-			close(errs)
-			for err := range errs {
-				t.Errorf("unexpected error: %v", err)
-			}
-			for _, b := range left {
-				assert.NoError(t, b.Close())
 			}
 			require.NoError(t, q.Finish())
 			require.NoError(t, q2.Finish())
