@@ -242,3 +242,27 @@ func TestLocalMemoryArgumentsAddUp(t *testing.T) {
 	require.NoError(t, q.EnqueueKernel(k, []int{1}, nil))
 	require.NoError(t, q.Finish())
 }
+
+// Options that end with one that takes an argument are refused before the
+// runtime sees them: POCL crashes on a dangling "-I", and NVIDIA's driver
+// took the added -cl-kernel-arg-info for its argument, lost the argument
+// qualifiers, and then crashed on a number set for a buffer.
+func TestBuildProgramRefusesADanglingOption(t *testing.T) {
+	q := cltest.Queue(t)
+	const src = `kernel void k(global int *x) { x[0] = 1; }`
+	for _, opts := range []string{"-I", "-D", "-x", "-cl-fast-relaxed-math -D", " -I\t"} {
+		p, err := q.Context().BuildProgram(src, opts)
+		assert.Nil(t, p)
+		require.ErrorIs(t, err, cl.ErrInvalidBuildOptions, "options %q", opts)
+		assert.Contains(t, err.Error(), "no argument")
+	}
+	for _, opts := range []string{"-I .", "-D X", "-DX=1 -I.", "-cl-fast-relaxed-math"} {
+		p, err := q.Context().BuildProgram(src, opts)
+		require.NoError(t, err, "options %q", opts)
+		k, err := p.Kernel("k")
+		require.NoError(t, err)
+		assert.ErrorIs(t, k.SetArg(0, int64(0x1234)), cl.ErrInvalidMemObject, "options %q: the qualifiers are known", opts)
+		require.NoError(t, k.Release())
+		require.NoError(t, p.Release())
+	}
+}

@@ -26,11 +26,19 @@ type Program struct {
 // information (clGetKernelArgInfo), which SetArg checks against.
 const argInfoOption = "-cl-kernel-arg-info"
 
+// takesArgument holds the build options that take the next word as their
+// argument ("-D NAME", "-I DIR"; "-x LANGUAGE" is clang's, which POCL
+// passes on). Options that end with one are refused: POCL crashes on a
+// dangling "-I", and with any flag after it the runtime would take that
+// flag for its argument.
+var takesArgument = map[string]bool{"-D": true, "-I": true, "-x": true}
+
 // BuildProgram compiles source for every device of the context, with
 // compiler options such as "-cl-fast-relaxed-math" (may be empty). A program
 // that does not compile returns a *BuildError that holds the build log and
 // matches ErrBuildProgramFailure. A source with a NUL byte is refused with
-// ErrInvalidValue, options with one with ErrInvalidBuildOptions.
+// ErrInvalidValue, options with one with ErrInvalidBuildOptions, as are
+// options that end with "-D", "-I" or "-x" and no argument for it.
 //
 // It adds -cl-kernel-arg-info to the options (a runtime that refuses it
 // builds without), so that the runtime tells its kernels' argument
@@ -47,6 +55,9 @@ func (c *Context) BuildProgram(source, options string) (*Program, error) {
 	}
 	if strings.IndexByte(options, 0) >= 0 {
 		return nil, misuse("clBuildProgram", ErrInvalidBuildOptions, fmt.Sprintf("options %q have a NUL byte", options))
+	}
+	if f := strings.Fields(options); len(f) > 0 && takesArgument[f[len(f)-1]] {
+		return nil, misuse("clBuildProgram", ErrInvalidBuildOptions, fmt.Sprintf("options %q end with %s and no argument", options, f[len(f)-1]))
 	}
 	if c.serial {
 		serialMu.Lock()
@@ -67,7 +78,11 @@ func (c *Context) BuildProgram(source, options string) (*Program, error) {
 	for i, d := range c.devices {
 		ids[i] = d.id
 	}
-	withInfo := C.CString(options + " " + argInfoOption)
+	// The flag goes first: an option at the end of the caller's that takes
+	// an argument ("-I") would take it as that argument, and the kernels
+	// would lose the qualifiers SetArg checks (NVIDIA's driver then takes a
+	// number for a buffer's handle and crashes).
+	withInfo := C.CString(argInfoOption + " " + options)
 	defer C.free(unsafe.Pointer(withInfo))
 	code = C.clBuildProgram(id, C.cl_uint(len(ids)), &ids[0], withInfo, nil, nil)
 	if Status(code) == ErrInvalidBuildOptions { // a runtime without it (OpenCL 1.1), or the caller's options
@@ -137,6 +152,7 @@ type Kernel struct {
 	// one released or freed since (the runtime would use a dangling
 	// handle: POCL aborts the process).
 	mems []argMem
+	vals []any // the values set, by index, for renew
 }
 
 // argMem is the memory a kernel argument points to: a buffer or an SVM,
@@ -144,6 +160,7 @@ type Kernel struct {
 type argMem struct {
 	buf *Buffer
 	svm *SVM
+	off int64 // the offset into svm
 }
 
 // argQual is what SetArg knows of an argument's address qualifier.
@@ -255,6 +272,11 @@ func (k *Kernel) SetArg(i int, v any) error {
 		if x.ctx != k.ctx {
 			return misuse(call, ErrInvalidMemObject, fmt.Sprintf("argument %d of %s: a buffer of another context than the kernel's", i, k.name))
 		}
+		if i < len(k.mems) && k.mems[i].svm != nil { // see renew.go
+			if err := k.renew(call, i); err != nil {
+				return err
+			}
+		}
 		size, p = unsafe.Sizeof(mem), unsafe.Pointer(&mem)
 	case *SVM:
 		return k.SetArgSVMPointer(i, x, 0)
@@ -296,7 +318,7 @@ func (k *Kernel) SetArg(i int, v any) error {
 	if code != 0 {
 		return &CallError{Call: call, Status: Status(code), Detail: fmt.Sprintf("argument %d of %s (%T)", i, k.name, v)}
 	}
-	k.noteArg(i, v)
+	k.noteArg(i, v, 0)
 	return nil
 }
 
@@ -396,10 +418,11 @@ func (k *Kernel) qualifier(i int) argQual {
 	return q
 }
 
-// noteArg notes what argument i of k now is: the local memory it takes
-// (v's bytes if it is LocalMem, else none), and the buffer or SVM it
-// points to, if any (see argsLive).
-func (k *Kernel) noteArg(i int, v any) {
+// noteArg notes what argument i of k now is: its value (for renew), the
+// local memory it takes (v's bytes if it is LocalMem, else none), and the
+// buffer or SVM it points to, if any (see argsLive), off bytes into the
+// SVM.
+func (k *Kernel) noteArg(i int, v any, off int64) {
 	n, ok := v.(LocalMem)
 	switch {
 	case i >= maxArgIndex: // i is a cl_uint, as SetArg checked
@@ -412,7 +435,11 @@ func (k *Kernel) noteArg(i int, v any) {
 	case i < len(k.local):
 		k.local[i] = 0
 	}
-	var m argMem
+	if i >= len(k.vals) {
+		k.vals = append(k.vals, make([]any, i+1-len(k.vals))...)
+	}
+	k.vals[i] = v
+	m := argMem{off: off}
 	m.buf, _ = v.(*Buffer)
 	m.svm, _ = v.(*SVM)
 	if m != (argMem{}) && i >= len(k.mems) {

@@ -363,7 +363,7 @@ func (k *Kernel) SetArgSVMPointer(i int, s *SVM, offset int64) error {
 	if code != 0 {
 		return &CallError{Call: call, Status: Status(code), Detail: fmt.Sprintf("argument %d of %s", i, k.name)}
 	}
-	k.noteArg(i, s)
+	k.noteArg(i, s, offset)
 	return nil
 }
 
