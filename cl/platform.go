@@ -471,6 +471,28 @@ func (d *Device) IsSimulator() bool {
 	return false
 }
 
+// overlapUnsafePlatforms names, in lower case, the platforms that crash on
+// partly overlapping sub-buffers (see OverlappingSubBuffersSafe).
+var overlapUnsafePlatforms = []string{"nvidia"}
+
+// OverlappingSubBuffersSafe reports whether the device's runtime survives
+// the release of a sub-buffer that partly overlaps another live one of the
+// same buffer, both used by commands. NVIDIA's driver (OpenCL 3.0 CUDA,
+// 580.159) does not: it dereferences a null pointer in clReleaseMemObject.
+// Containment, identical and adjacent ranges are safe everywhere. A nil
+// Device is safe.
+func (d *Device) OverlappingSubBuffersSafe() bool {
+	if d == nil || d.Platform == nil {
+		return true
+	}
+	for _, name := range overlapUnsafePlatforms {
+		if strings.Contains(strings.ToLower(d.Platform.Name), name) {
+			return false
+		}
+	}
+	return true
+}
+
 // Matches reports whether name is a case-insensitive substring of the
 // device's or platform's name or vendor, or of the platform's version (POCL
 // calls its platform "Portable Computing Language" and says "PoCL" only in

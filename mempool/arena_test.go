@@ -1,6 +1,7 @@
 package mempool_test
 
 import (
+	"fmt"
 	"runtime"
 	"testing"
 
@@ -281,4 +282,54 @@ func TestArenaSlackOnAFullDevice(t *testing.T) {
 	assert.Zero(t, after.NumForcedGC-before.NumForcedGC, "no garbage collection before freeing a kept segment")
 	require.NoError(t, s.Close())
 	require.NoError(t, a.Close())
+}
+
+// A free block's sub-buffer, when a hit splits the block, is parked for a
+// block of its range again; with parking off (New on NVIDIA's driver,
+// which crashes on a sub-buffer released beside a partly overlapping one,
+// both used: cl's TestSubBufferPatterns), it is released in that hold of
+// the pool's lock, before a block of the new ranges can be handed out.
+func TestArenaSplitParksOrReleasesTheBlocksSubBuffer(t *testing.T) {
+	for _, park := range []bool{true, false} {
+		t.Run(fmt.Sprintf("parking=%v", park), func(t *testing.T) {
+			f := newFixture(t, nil, mempool.WithArena(), mempool.WithoutQueueCaches())
+			mempool.SetParking(f.pool, park)
+			var bs []*mempool.PooledBuffer
+			for range 3 {
+				b, err := f.pool.Allocate(64 << 10)
+				require.NoError(t, err)
+				bs = append(bs, b)
+			}
+			mid := bs[1]
+			sub := mid.Buffer()
+			require.NotNil(t, sub)
+			require.NoError(t, f.q.WriteBuffer(sub, 0, []byte{1}))
+			off := mid.Offset()
+			require.NoError(t, mid.Close())
+			assert.False(t, sub.Released(), "kept for the next block with the same range")
+
+			small, err := f.pool.Allocate(16 << 10)
+			require.NoError(t, err)
+			require.Equal(t, off, small.Offset(), "the smallest free block that fits: the middle one, split")
+			assert.Equal(t, !park, sub.Released(), "parked, or released at the split")
+			got := small.Buffer()
+			require.NotNil(t, got)
+			assert.NotSame(t, sub, got)
+			require.NoError(t, f.q.WriteBuffer(got, 0, []byte{2}))
+			require.NoError(t, small.Close())
+
+			again, err := f.pool.Allocate(64 << 10)
+			require.NoError(t, err)
+			require.Equal(t, off, again.Offset(), "the middle range again")
+			if park {
+				assert.Same(t, sub, again.Buffer(), "the parked sub-buffer comes back")
+			} else {
+				assert.NotSame(t, sub, again.Buffer())
+			}
+			require.NoError(t, again.Close())
+			for _, b := range []*mempool.PooledBuffer{bs[0], bs[2]} {
+				require.NoError(t, b.Close())
+			}
+		})
+	}
 }

@@ -11,9 +11,10 @@ import (
 
 // This file is the pool's core: the state that changes, under the pool's
 // mutex, and the decisions made on it. The core never calls the
-// allocator, a hook or OpenCL: it decides, and returns what the pool is
-// to do outside the lock (a decision, or segments and sub-buffers to
-// free). allocate.go and release.go carry its decisions out.
+// allocator or a hook: it decides, and returns what the pool is to do
+// outside the lock (a decision, or segments to free). allocate.go and
+// release.go carry its decisions out. Its one OpenCL call is the release
+// of stale sub-buffers, which must happen under the lock (releaseStale).
 
 // core is the state the pool's mutex protects. Every method of core is
 // called with p.mu held, and returns with it held.
@@ -24,6 +25,7 @@ type core struct {
 	life   lifecycle      // lifeOpen, then lifeStopped, lifeClosed
 	limit  int64          // 0: no limit
 	l      ledger
+	stale  []mem // releaseStale's scratch list, empty between calls
 
 	// Set at New, never changed: read without the lock too.
 	maxAlloc int64 // the device's largest buffer; 0 if unknown
@@ -53,7 +55,6 @@ type decision struct {
 	never bool         // no limit could ever serve the request: it fails (after the drain, if drain)
 	err   error        // the request fails
 	free  []*segment   // segments out of the pool's accounts, to free
-	stale []mem        // sub-buffers to release
 }
 
 // decide is the ladder's step under the lock for req: a free block that
@@ -105,7 +106,7 @@ func (c *core) decide(req *request, lad *ladder) (d decision) {
 	if !d.drain {
 		c.countMiss(req)
 	}
-	d.stale = c.forget(d.free...) // first: the room counts the segments freed
+	c.forget(d.free...) // first: the room counts the segments freed
 	if lad.final {
 		// The ladder's last rung: every wholly free segment goes in this
 		// hold of the lock, so that the room it makes is this request's.
@@ -114,7 +115,7 @@ func (c *core) decide(req *request, lad *ladder) (d decision) {
 			room := c.room(d.free)
 			return lad.cause != nil || room >= 0 && room < need
 		})
-		d.stale = append(d.stale, c.forget()...)
+		c.forget()
 	}
 	d.seg = c.reserve(lad.try(), lad.own.Size, d.free)
 	lad.freesSeen = c.l.freeBatches
@@ -134,6 +135,7 @@ func (c *core) serveBlock(req *request, b *block) decision {
 		c.l.hit(b, req.size)
 	}
 	c.l.sync(c.pol.Counts())
+	c.releaseStale() // a split may have dropped the block's sub-buffer
 	req.pb = c.handOut(req.pb)
 	c.note(b, req)
 	return decision{b: b, uses: handover(b, req.q)}
@@ -314,16 +316,33 @@ func (c *core) takeFree(segs []*segment, more func() bool) []*segment {
 }
 
 // forget takes segments the policy gave up (nil ones are skipped) out of
-// the pool's accounts, brings the held counts up to date, and returns the
-// sub-buffers that went stale meanwhile: the pool frees both.
-func (c *core) forget(segs ...*segment) (stale []mem) {
+// the pool's accounts (the pool frees them), brings the held counts up to
+// date, and releases the sub-buffers that went stale meanwhile.
+func (c *core) forget(segs ...*segment) {
 	for _, s := range segs {
 		if s != nil {
 			c.l.segmentRemoved(s)
 		}
 	}
 	c.l.sync(c.pol.Counts())
-	return c.pol.TakeStale(nil)
+	c.releaseStale()
+}
+
+// releaseStale releases the sub-buffers the policy dropped because their
+// block's range changed (a split or a merge), in the hold of the lock that
+// changed it: before any block of a new range over theirs is handed out,
+// so that no sub-buffer outlives its range beside one partly overlapping
+// it. NVIDIA's driver (580.159) dereferences a null pointer in
+// clReleaseMemObject of a sub-buffer partly overlapping another live one,
+// both used by commands (cl's TestSubBufferPatterns; BENCHMARKS.md, "On a
+// real GPU, second visit"). It is the one OpenCL call under the lock, and
+// a hit that splits no cached block makes none.
+func (c *core) releaseStale() {
+	c.stale = c.pol.TakeStale(c.stale[:0])
+	for i, sub := range c.stale {
+		_ = sub.buf.Release() // a sub-buffer of ours: its release can fail only if its context is gone
+		c.stale[i] = mem{}
+	}
 }
 
 // recordUses records, on a block given back, that its queue r and the
@@ -340,13 +359,16 @@ func (c *core) recordUses(b *block, r *qstate) {
 
 // init readies the core of a new pool with config c: a policy of blocks
 // aligned to align (arena), on a device whose largest buffer is maxAlloc
-// (0: unknown), under limit (0: none).
-func (k *core) init(c config, align, maxAlloc, limit int64) {
+// (0: unknown), under limit (0: none); park says whether the arena parks
+// the sub-buffers of ranges that change (policy.Arena.SetParking).
+func (k *core) init(c config, align, maxAlloc, limit int64, park bool) {
 	k.limit, k.maxAlloc = limit, maxAlloc
 	k.l.s = Stats{Policy: "bins", LeadingBits: c.leadingBits, MaxSplitSize: c.maxSplit, Limit: limit, Holding: true}
 	if c.arena {
 		k.align = align
-		k.pol = policy.NewArenas[mem](align, c.leadingBits, c.maxSplit, policy.DefaultPreferredSegment)
+		a := policy.NewArenas[mem](align, c.leadingBits, c.maxSplit, policy.DefaultPreferredSegment)
+		a.SetParking(park)
+		k.pol = a
 		k.l.s.Policy = "arena"
 	} else {
 		k.pol = policy.NewBins[mem](c.leadingBits)

@@ -3,6 +3,8 @@ package mempool
 import (
 	"fmt"
 	"sync/atomic"
+
+	"github.com/clpool/clpool/mempool/internal/policy"
 )
 
 // WithoutQueueCaches makes a pool whose queues cache no blocks, so that
@@ -36,4 +38,12 @@ func CheckBlockCounts(p *Pool) error {
 		}
 	}
 	return nil
+}
+
+// SetParking turns the parking of an arena pool's sub-buffers on or off
+// (policy.Arena.SetParking), as New does off on NVIDIA's driver.
+func SetParking(p *Pool, on bool) {
+	p.lock()
+	defer p.mu.Unlock()
+	p.pol.(*policy.Arenas[mem]).SetParking(on)
 }

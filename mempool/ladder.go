@@ -78,7 +78,7 @@ func (p *Pool) serve(req *request) (*block, []policy.Use, error) {
 	d := p.decide(req, &lad)
 	p.mu.Unlock()
 	for {
-		_ = p.freeSegments(d.free, d.stale)
+		_ = p.freeSegments(d.free)
 		switch {
 		case d.err != nil:
 			return nil, nil, d.err
@@ -180,9 +180,9 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 			lad.rung = rungCollect
 			p.lock()
 			kept := p.pol.TakeKept(lad.seg.Size)
-			stale := p.forget(kept...)
+			p.forget(kept...)
 			p.mu.Unlock()
-			_ = p.freeSegments(kept, stale) // the stale sub-buffers, even with no segment
+			_ = p.freeSegments(kept)
 			if len(kept) > 0 {
 				return p.retried()
 			}
@@ -216,9 +216,9 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 				lad.frees--
 				s = p.pol.TakeLargest()
 			}
-			stale := p.forget(s)
+			p.forget(s)
 			p.mu.Unlock()
-			_ = p.freeSegments(segmentsOf(s), stale)
+			_ = p.freeSegments(segmentsOf(s))
 			if s != nil {
 				return p.retried()
 			}

@@ -190,7 +190,7 @@ func (p *Pool) freeHeldIf(pred func(*block) bool) error {
 	for s := p.pol.TakeFreeIf(pred); s != nil; s = p.pol.TakeFreeIf(pred) {
 		segs = append(segs, s)
 	}
-	stale := p.forget(segs...)
+	p.forget(segs...)
 	p.mu.Unlock()
-	return errors.Join(err, p.freeSegments(segs, stale))
+	return errors.Join(err, p.freeSegments(segs))
 }

@@ -66,6 +66,19 @@ func (p *Pool) blockSizeOf(size int64) int64 {
 	return policy.AllocSize(policy.BinNumber(size, p.leadingBits), p.leadingBits)
 }
 
+// overlapSafe reports whether every device of ctx survives partly
+// overlapping sub-buffers (cl.Device.OverlappingSubBuffersSafe). Where one
+// does not (NVIDIA's driver), the arena parks no sub-buffer, so that no two
+// of its sub-buffers ever overlap.
+func overlapSafe(ctx *cl.Context) bool {
+	for _, d := range ctx.Devices() {
+		if !d.OverlappingSubBuffersSafe() {
+			return false
+		}
+	}
+	return true
+}
+
 // arenaAlignment returns the alignment of an arena's blocks in ctx: the
 // largest base-address alignment of its devices (which sub-buffers need),
 // rounded up to a power of two, at least policy.MinBlock; 4 KiB when the

@@ -15,7 +15,7 @@ func TestBlockSizeOfIsThePolicys(t *testing.T) {
 			c := defaultConfig()
 			c.arena, c.leadingBits = arena, lb
 			p := &Pool{arena: arena, leadingBits: lb}
-			p.core.init(c, 1024, 0, 0)
+			p.core.init(c, 1024, 0, 0, true)
 			for size := int64(0); size < 1<<22; size = size*5/4 + 1 {
 				require.Equal(t, p.pol.BlockSize(size), p.blockSizeOf(size), "arena %v, lb %d, size %d", arena, lb, size)
 			}

@@ -119,7 +119,7 @@ func newPool(call string, src source, opts []Option) (*Pool, error) {
 	if p.maxAlloc > 0 {
 		p.sizeCap = min(p.maxAlloc, maxRequest)
 	}
-	p.core.init(c, arenaAlignment(ctx), p.maxAlloc, limit)
+	p.core.init(c, arenaAlignment(ctx), p.maxAlloc, limit, overlapSafe(ctx))
 	p.freed.L = &p.mu
 	if sanitize {
 		p.san = newSanitizer(p, c.san)
@@ -159,9 +159,9 @@ func (p *Pool) freeHeldWhile(more func() bool) error {
 	_, err := p.drain()
 	p.lock()
 	segs := p.takeFree(nil, more)
-	stale := p.forget()
+	p.forget()
 	p.mu.Unlock()
-	return errors.Join(err, p.freeSegments(segs, stale))
+	return errors.Join(err, p.freeSegments(segs))
 }
 
 // StopHolding frees every held segment, and from now on frees segments as

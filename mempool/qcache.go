@@ -291,10 +291,10 @@ func (p *Pool) drain() (moved bool, err error) {
 		moved = moved || len(qs.c.blocks) > 0
 		clear(qs.c.blocks)
 		qs.c.blocks, qs.c.bytes, qs.c.big = qs.c.blocks[:0], 0, 0
-		stale := p.forget(gone...)
+		p.forget(gone...)
 		p.mu.Unlock()
 		qs.c.mu.Unlock()
-		err = errors.Join(err, p.freeSegments(gone, stale))
+		err = errors.Join(err, p.freeSegments(gone))
 	}
 	return moved, err
 }
@@ -329,7 +329,7 @@ func (p *Pool) evict(r *qstate, at []int) {
 		gone = p.uncacheLocked(gone, r, cb.block)
 		c.blocks[i].block = nil
 	}
-	stale := p.forget(gone...)
+	p.forget(gone...)
 	p.mu.Unlock()
 	kept := c.blocks[:at[0]] // the blocks before the first evicted stay where they are
 	for _, cb := range c.blocks[at[0]:] {
@@ -339,5 +339,5 @@ func (p *Pool) evict(r *qstate, at []int) {
 	}
 	clear(c.blocks[len(kept):]) // no stale pointer past the end
 	c.blocks = kept
-	_ = p.freeSegments(gone, stale)
+	_ = p.freeSegments(gone)
 }

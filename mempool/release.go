@@ -102,19 +102,16 @@ func (p *Pool) takeBackThenUnlock(pb *PooledBuffer, size int64, record bool) err
 		runtime.SetFinalizer(pb, nil) // under p.mu: see core.handOut
 	}
 	gone := p.takeBack(pb.blk, size, pb.q, record)
-	stale := p.forget()
+	p.forget()
 	p.mu.Unlock()
-	return p.freeSegments(gone, stale)
+	return p.freeSegments(gone)
 }
 
-// freeSegments releases the sub-buffers of stale blocks, then gives the
-// segments, already out of the pool's accounts, back to the allocator. It
-// returns the allocator's errors, joined: one that fails (or panics) does
-// not keep the others from being freed.
-func (p *Pool) freeSegments(segs []*segment, stale []mem) error {
-	for _, sub := range stale {
-		_ = sub.buf.Release() // a sub-buffer of ours: its release can fail only if its context is gone
-	}
+// freeSegments gives the segments, already out of the pool's accounts
+// (forget), back to the allocator. It returns the allocator's errors,
+// joined: one that fails (or panics) does not keep the others from being
+// freed.
+func (p *Pool) freeSegments(segs []*segment) error {
 	if len(segs) == 0 {
 		return nil
 	}

@@ -145,9 +145,9 @@ func (p *Pool) giveBackSanitized(pb *PooledBuffer, sb *sanBlock, size int64, hoo
 	} else {
 		p.l.quarantine(b, 1)
 	}
-	stale := p.forget()
+	p.forget()
 	p.mu.Unlock()
-	err := errors.Join(p.freeSegments(gone, stale), p.leaveQuarantine(leaving))
+	err := errors.Join(p.freeSegments(gone), p.leaveQuarantine(leaving))
 	if sb.dropped {
 		s.mu.Lock()
 		s.report(Finding{Kind: Dropped, BlockID: sb.id, Size: sb.size, AllocSite: callsite.First(sb.alloc)})

@@ -120,9 +120,9 @@ func (p *Pool) leaveQuarantine(bs []*sanBlock) error {
 	s.mu.Lock()
 	s.quar = slices.DeleteFunc(s.quar, func(o *sanBlock) bool { return slices.Contains(bs, o) })
 	s.mu.Unlock()
-	stale := p.forget()
+	p.forget()
 	p.mu.Unlock()
-	return p.freeSegments(gone, stale)
+	return p.freeSegments(gone)
 }
 
 // done ends a Close of a tracked block: it reads the results of full

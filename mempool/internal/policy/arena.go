@@ -67,6 +67,7 @@ type Arena[T comparable] struct {
 	// blocks of the segments that have an active block.
 	counts *Counts
 	stale  []T
+	noPark bool      // a cache dropped goes to stale at once (SetParking)
 	spare  *Block[T] // blocks merged away, for split to reuse (linked by fnext)
 	// step, if set, returns the growth step: the segment a request of
 	// at most that size would get (see find).
@@ -476,18 +477,31 @@ func (a *Arena[T]) merge(b, n *Block[T]) {
 	a.spare = n
 }
 
-// dropCache parks the cache of a block whose range is about to change.
+// SetParking says whether the cache of a block whose range changes waits
+// with its segment for a block of the same range (on, the default), or
+// goes to the stale list at once. Off, no two caches of the arena ever
+// overlap: the pool turns it off where the runtime crashes on partly
+// overlapping sub-buffers (NVIDIA's).
+func (a *Arena[T]) SetParking(on bool) { a.noPark = !on }
+
+// dropCache parks the cache of a block whose range is about to change
+// (see SetParking).
 func (a *Arena[T]) dropCache(b *Block[T]) {
 	var zero T
 	if b.Cache == zero {
 		return
 	}
 	s := b.Seg
-	if len(s.parked) == maxParked {
+	switch {
+	case a.noPark:
+		a.stale = append(a.stale, b.Cache)
+	case len(s.parked) == maxParked:
 		a.stale = append(a.stale, s.parked[0].cache)
 		s.parked = append(s.parked[:0], s.parked[1:]...)
+		fallthrough
+	default:
+		s.parked = append(s.parked, parked[T]{b.Off, b.Size, b.Cache})
 	}
-	s.parked = append(s.parked, parked[T]{b.Off, b.Size, b.Cache})
 	b.Cache = zero
 }
 

@@ -116,6 +116,33 @@ func TestArenaKeepsCachesForRangesThatComeBack(t *testing.T) {
 	assert.Len(t, a.TakeStale(nil), 8, "a removed segment's caches all go stale")
 }
 
+// With parking off, a cache whose range goes is stale at once, and a range
+// that comes back gets none: no two caches of the arena ever overlap.
+func TestArenaWithoutParkingDropsCachesAtOnce(t *testing.T) {
+	a := newArena(t)
+	a.SetParking(false)
+	s := seg(1 << 20)
+	b := a.Add(s, 1024)
+	b.Cache = 7
+	a.Put(b) // merges with the free tail: the range is gone
+	assert.Zero(t, b.Cache)
+	assert.Equal(t, []int{7}, a.TakeStale(nil))
+	b = a.Get(1024)
+	assert.Zero(t, b.Cache, "nothing parked for the range")
+	b.Cache = 8
+	c := a.Get(2048)
+	c.Cache = 9
+	a.Put(b) // b's range stays (c is active): its cache stays with the free block
+	assert.Empty(t, a.TakeStale(nil))
+	d := a.Get(512) // splits b's block: the range goes
+	assert.Equal(t, []int{8}, a.TakeStale(nil))
+	a.Put(d)
+	a.Put(c)
+	assert.Equal(t, []int{9}, a.TakeStale(nil), "merged away")
+	a.Remove(s)
+	assert.Empty(t, a.TakeStale(nil))
+}
+
 func TestOversizeSegmentsAreNeverSplit(t *testing.T) {
 	p := policy.NewArenas[int](512, 4, 8<<20, policy.DefaultPreferredSegment)
 	assert.True(t, p.Oversize(9<<20))

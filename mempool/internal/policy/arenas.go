@@ -187,6 +187,9 @@ func NewArenas[T comparable](align int64, leadingBits int, maxSplit, preferred i
 // (DefaultQuick unless set); 0 merges every block at once.
 func (p *Arenas[T]) SetQuickMax(n int) { p.a.SetQuick(n, SmallRequest) }
 
+// SetParking is Arena.SetParking.
+func (p *Arenas[T]) SetParking(on bool) { p.a.SetParking(on) }
+
 // Waiting returns how many blocks given back wait unmerged.
 func (p *Arenas[T]) Waiting() int { return p.a.Waiting() }
 
