@@ -328,23 +328,6 @@ func (c *core) forget(segs ...*segment) {
 	c.releaseStale()
 }
 
-// releaseStale releases the sub-buffers the policy dropped because their
-// block's range changed (a split or a merge), in the hold of the lock that
-// changed it: before any block of a new range over theirs is handed out,
-// so that no sub-buffer outlives its range beside one partly overlapping
-// it. NVIDIA's driver (580.159) dereferences a null pointer in
-// clReleaseMemObject of a sub-buffer partly overlapping another live one,
-// both used by commands (cl's TestSubBufferPatterns; BENCHMARKS.md, "On a
-// real GPU, second visit"). It is the one OpenCL call under the lock, and
-// a hit that splits no cached block makes none.
-func (c *core) releaseStale() {
-	c.stale = c.pol.TakeStale(c.stale[:0])
-	for i, sub := range c.stale {
-		_ = sub.buf.Release() // a sub-buffer of ours: its release can fail only if its context is gone
-		c.stale[i] = mem{}
-	}
-}
-
 // recordUses records, on a block given back, that its queue r and the
 // queues RecordQueue added (with no count yet) may still use it, each
 // with its count of markers now.

@@ -107,6 +107,23 @@ func (p *Pool) takeBackThenUnlock(pb *PooledBuffer, size int64, record bool) err
 	return p.freeSegments(gone)
 }
 
+// releaseStale releases the sub-buffers the policy dropped because their
+// block's range changed (a split or a merge), in the hold of the lock that
+// changed it: before any block of a new range over theirs is handed out,
+// so that no sub-buffer outlives its range beside one partly overlapping
+// it. NVIDIA's driver (580.159) dereferences a null pointer in
+// clReleaseMemObject of a sub-buffer partly overlapping another live one,
+// both used by commands (cl's TestSubBufferPatterns; BENCHMARKS.md, "On a
+// real GPU, second visit"). It is the one OpenCL call under the lock, and
+// a hit that splits no cached block makes none.
+func (c *core) releaseStale() {
+	c.stale = c.pol.TakeStale(c.stale[:0])
+	for i, sub := range c.stale {
+		_ = sub.buf.Release() // a sub-buffer of ours: its release can fail only if its context is gone
+		c.stale[i] = mem{}
+	}
+}
+
 // freeSegments gives the segments, already out of the pool's accounts
 // (forget), back to the allocator. It returns the allocator's errors,
 // joined: one that fails (or panics) does not keep the others from being
