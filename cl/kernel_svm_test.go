@@ -2,6 +2,7 @@ package cl_test
 
 import (
 	"encoding/binary"
+	"strings"
 	"testing"
 
 	"github.com/clpool/clpool/cl"
@@ -27,92 +28,49 @@ func TestKernelArgumentFromSVMToBuffer(t *testing.T) {
 		}
 		return int64(binary.LittleEndian.Uint64(got))
 	}
-	run := func(name string, f func(k *cl.Kernel, out *cl.Buffer) error) {
-		k := s32gKernel(t, q, src, "", "k")
-		out := s32gBuf(t, q, 8)
-		require.NoError(t, k.SetArg(1, int64(7)))
-		err := f(k, out)
-		if err == nil {
-			err = q.Finish()
-		}
-		assert.NoError(t, err, name)
-		assert.Equal(t, int64(7), read(out), name)
-	}
 	svm := func() *cl.SVM {
 		s, err := q.Context().SVMAlloc(cl.SVMReadWrite, 256, 0)
 		require.NoError(t, err)
+		t.Cleanup(func() { s.Free() })
 		return s
 	}
-	run("A svm, enqueue, buffer, enqueue", func(k *cl.Kernel, out *cl.Buffer) error {
-		s := svm()
-		defer s.Free()
-		require.NoError(t, k.SetArg(0, s))
-		if err := q.EnqueueKernel(k, []int{1}, nil); err != nil {
-			return err
-		}
-		q.Finish()
-		require.NoError(t, k.SetArg(0, out))
-		return q.EnqueueKernel(k, []int{1}, nil)
-	})
-	run("A2 svm (no enqueue), buffer, enqueue", func(k *cl.Kernel, out *cl.Buffer) error {
-		s := svm()
-		defer s.Free()
-		require.NoError(t, k.SetArg(0, s))
-		require.NoError(t, k.SetArg(0, out))
-		return q.EnqueueKernel(k, []int{1}, nil)
-	})
-	run("B svm, enqueue, buffer, free svm, enqueue", func(k *cl.Kernel, out *cl.Buffer) error {
-		s := svm()
-		require.NoError(t, k.SetArg(0, s))
-		if err := q.EnqueueKernel(k, []int{1}, nil); err != nil {
-			return err
-		}
-		q.Finish()
-		require.NoError(t, k.SetArg(0, out))
-		s.Free()
-		return q.EnqueueKernel(k, []int{1}, nil)
-	})
-	run("C svm1, enqueue, svm2, free svm1, enqueue, buffer", func(k *cl.Kernel, out *cl.Buffer) error {
-		s1, s2 := svm(), svm()
-		defer s2.Free()
-		require.NoError(t, k.SetArg(0, s1))
-		if err := q.EnqueueKernel(k, []int{1}, nil); err != nil {
-			return err
-		}
-		q.Finish()
-		require.NoError(t, k.SetArg(0, s2))
-		s1.Free()
-		require.NoError(t, q.EnqueueKernel(k, []int{1}, nil))
-		q.Finish()
-		require.NoError(t, k.SetArg(0, out))
-		return q.EnqueueKernel(k, []int{1}, nil)
-	})
-	run("D svm, enqueue, buffer, value again", func(k *cl.Kernel, out *cl.Buffer) error {
-		s := svm()
-		defer s.Free()
-		require.NoError(t, k.SetArg(0, s))
-		if err := q.EnqueueKernel(k, []int{1}, nil); err != nil {
-			return err
-		}
-		q.Finish()
-		// The value argument set again after the pointer.
-		require.NoError(t, k.SetArg(0, out))
+	// Each case is a sequence of steps on argument 0 of k (argument 1 is
+	// 7): an SVM, a second SVM, the buffer out, a run (enqueue and
+	// finish), the first SVM freed, argument 1 set again. Then k runs,
+	// and out must hold 7.
+	for _, steps := range []string{
+		"svm run buf",
+		"svm buf",
+		"svm run buf free",
+		"svm run svm2 free run buf",
+		"svm run buf value",
+		"buf run svm run buf",
+	} {
+		k := s32gKernel(t, q, src, "", "k")
+		out := s32gBuf(t, q, 8)
 		require.NoError(t, k.SetArg(1, int64(7)))
-		return q.EnqueueKernel(k, []int{1}, nil)
-	})
-	run("E buffer, enqueue, svm, enqueue, buffer, enqueue", func(k *cl.Kernel, out *cl.Buffer) error {
-		s := svm()
-		defer s.Free()
-		require.NoError(t, k.SetArg(0, out))
-		if err := q.EnqueueKernel(k, []int{1}, nil); err != nil {
-			return err
+		s1, s2 := svm(), svm()
+		for _, step := range strings.Fields(steps) {
+			switch step {
+			case "svm":
+				require.NoError(t, k.SetArg(0, s1), steps)
+			case "svm2":
+				require.NoError(t, k.SetArg(0, s2), steps)
+			case "buf":
+				require.NoError(t, k.SetArg(0, out), steps)
+			case "value":
+				require.NoError(t, k.SetArg(1, int64(7)), steps)
+			case "free":
+				require.NoError(t, s1.Free(), steps)
+			case "run":
+				require.NoError(t, q.EnqueueKernel(k, []int{1}, nil), steps)
+				require.NoError(t, q.Finish(), steps)
+			}
 		}
-		require.NoError(t, k.SetArg(0, s))
-		require.NoError(t, q.EnqueueKernel(k, []int{1}, nil))
-		q.Finish()
-		require.NoError(t, k.SetArg(0, out))
-		return q.EnqueueKernel(k, []int{1}, nil)
-	})
+		require.NoError(t, q.EnqueueKernel(k, []int{1}, nil), steps)
+		require.NoError(t, q.Finish())
+		assert.Equal(t, int64(7), read(out), steps)
+	}
 	// Two global args: one SVM, one buffer, then swapped.
 	src2 := `kernel void k2(global long *a, global long *b) { a[0] = 3; b[0] = 4; }`
 	{
