@@ -25,7 +25,8 @@ type core struct {
 	life   lifecycle      // lifeOpen, then lifeStopped, lifeClosed
 	limit  int64          // 0: no limit
 	l      ledger
-	stale  []mem // releaseStale's scratch list, empty between calls
+	stale  []mem               // releaseStale's scratch list, empty between calls
+	arenas *policy.Arenas[mem] // pol, if an arena: the hit path asks it for stale sub-buffers directly
 
 	// Set at New, never changed: read without the lock too.
 	maxAlloc int64 // the device's largest buffer; 0 if unknown
@@ -135,7 +136,9 @@ func (c *core) serveBlock(req *request, b *block) decision {
 		c.l.hit(b, req.size)
 	}
 	c.l.sync(c.pol.Counts())
-	c.releaseStale() // a split may have dropped the block's sub-buffer
+	if c.arenas != nil && c.arenas.HasStale() { // a split dropped the block's sub-buffer
+		c.releaseStale()
+	}
 	req.pb = c.handOut(req.pb)
 	c.note(b, req)
 	return decision{b: b, uses: handover(b, req.q)}
@@ -351,7 +354,7 @@ func (k *core) init(c config, align, maxAlloc, limit int64, park bool) {
 		k.align = align
 		a := policy.NewArenas[mem](align, c.leadingBits, c.maxSplit, policy.DefaultPreferredSegment)
 		a.SetParking(park)
-		k.pol = a
+		k.pol, k.arenas = a, a
 		k.l.s.Policy = "arena"
 	} else {
 		k.pol = policy.NewBins[mem](c.leadingBits)

@@ -377,6 +377,10 @@ func (a *Arena[T]) Counts() Counts {
 	return c
 }
 
+// HasStale reports whether the arena dropped caches that TakeStale has not
+// taken yet.
+func (a *Arena[T]) HasStale() bool { return len(a.stale) > 0 }
+
 // TakeStale appends the caches the arena dropped since the last call to
 // dst, for the pool to release, and forgets them.
 func (a *Arena[T]) TakeStale(dst []T) []T {

@@ -187,6 +187,9 @@ func NewArenas[T comparable](align int64, leadingBits int, maxSplit, preferred i
 // (DefaultQuick unless set); 0 merges every block at once.
 func (p *Arenas[T]) SetQuickMax(n int) { p.a.SetQuick(n, SmallRequest) }
 
+// HasStale is Arena.HasStale.
+func (p *Arenas[T]) HasStale() bool { return p.a.HasStale() }
+
 // SetParking is Arena.SetParking.
 func (p *Arenas[T]) SetParking(on bool) { p.a.SetParking(on) }
 
