@@ -91,6 +91,7 @@ func (c *core) decide(req *request, lad *ladder) (d decision) {
 			// the queue caches may serve the request (drain, then decide
 			// again), else any free block that fits.
 			c.l.sync(c.pol.Counts()) // GetOn may have merged blocks
+			c.releaseStale()
 			if req.mayDrain {
 				return decision{never: true, drain: true}
 			}
@@ -98,6 +99,7 @@ func (c *core) decide(req *request, lad *ladder) (d decision) {
 			if b = c.pol.GetAnyOn(req.need(), req.q.id); b != nil {
 				return c.serveBlock(req, b)
 			}
+			c.releaseStale() // GetAnyOn may have merged blocks too
 			c.countMiss(req)
 			return decision{never: true}
 		}

@@ -46,4 +46,5 @@ func SetParking(p *Pool, on bool) {
 	p.lock()
 	defer p.mu.Unlock()
 	p.pol.(*policy.Arenas[mem]).SetParking(on)
+	p.releaseStale()
 }

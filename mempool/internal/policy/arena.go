@@ -485,8 +485,20 @@ func (a *Arena[T]) merge(b, n *Block[T]) {
 // with its segment for a block of the same range (on, the default), or
 // goes to the stale list at once. Off, no two caches of the arena ever
 // overlap: the pool turns it off where the runtime crashes on partly
-// overlapping sub-buffers (NVIDIA's).
-func (a *Arena[T]) SetParking(on bool) { a.noPark = !on }
+// overlapping sub-buffers (NVIDIA's). Turned off, it sends the caches
+// parked so far to the stale list.
+func (a *Arena[T]) SetParking(on bool) {
+	a.noPark = !on
+	if on {
+		return
+	}
+	for _, s := range a.segs {
+		for _, pk := range s.parked {
+			a.stale = append(a.stale, pk.cache)
+		}
+		s.parked = nil
+	}
+}
 
 // dropCache parks the cache of a block whose range is about to change
 // (see SetParking).
