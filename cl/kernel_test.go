@@ -250,7 +250,7 @@ func TestLocalMemoryArgumentsAddUp(t *testing.T) {
 func TestBuildProgramRefusesADanglingOption(t *testing.T) {
 	q := cltest.Queue(t)
 	const src = `kernel void k(global int *x) { x[0] = 1; }`
-	for _, opts := range []string{"-I", "-D", "-x", "-cl-fast-relaxed-math -D", " -I\t"} {
+	for _, opts := range []string{"-I", "-D", "-x", "-cl-fast-relaxed-math -D", " -I\t", `'-I'`, `-w "-D"`} {
 		p, err := q.Context().BuildProgram(src, opts)
 		assert.Nil(t, p)
 		require.ErrorIs(t, err, cl.ErrInvalidBuildOptions, "options %q", opts)

@@ -28,9 +28,9 @@ const argInfoOption = "-cl-kernel-arg-info"
 
 // takesArgument holds the build options that take the next word as their
 // argument ("-D NAME", "-I DIR"; "-x LANGUAGE" is clang's, which POCL
-// passes on). Options that end with one are refused: POCL crashes on a
-// dangling "-I", and with any flag after it the runtime would take that
-// flag for its argument.
+// passes on). Options that end with one, quoted or not, are refused: POCL
+// crashes on a dangling "-I", Oclgrind hangs on a quoted one, and with any
+// flag after it the runtime would take that flag for its argument.
 var takesArgument = map[string]bool{"-D": true, "-I": true, "-x": true}
 
 // BuildProgram compiles source for every device of the context, with
@@ -56,7 +56,7 @@ func (c *Context) BuildProgram(source, options string) (*Program, error) {
 	if strings.IndexByte(options, 0) >= 0 {
 		return nil, misuse("clBuildProgram", ErrInvalidBuildOptions, fmt.Sprintf("options %q have a NUL byte", options))
 	}
-	if f := strings.Fields(options); len(f) > 0 && takesArgument[f[len(f)-1]] {
+	if f := strings.Fields(options); len(f) > 0 && takesArgument[strings.Trim(f[len(f)-1], `"'`)] {
 		return nil, misuse("clBuildProgram", ErrInvalidBuildOptions, fmt.Sprintf("options %q end with %s and no argument", options, f[len(f)-1]))
 	}
 	if c.serial {
