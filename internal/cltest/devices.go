@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/clpool/clpool/cl"
@@ -27,6 +28,10 @@ func Reexec(tb testing.TB, run string, env ...string) (string, error) {
 	}
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), env...)
+	// A child that hangs (a runtime stuck on what the test feeds it) dies
+	// with this process, when a watchdog ends it: left running, it kept a
+	// core busy for the rest of the machine's day.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
