@@ -250,6 +250,9 @@ type LocalMem int
 // says. An
 // enqueue of the kernel after a buffer argument was released (or an SVM
 // argument freed) is refused with ErrInvalidMemObject (ErrInvalidValue).
+// A buffer set where an SVM pointer was gives the Kernel a new runtime
+// kernel of its program, with its other arguments set again: NVIDIA's
+// driver refuses every enqueue of the old one (see renew.go).
 func (k *Kernel) SetArg(i int, v any) error {
 	const call = "clSetKernelArg"
 	if k == nil || k.released.Load() {

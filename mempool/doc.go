@@ -82,8 +82,11 @@
 // A block of an arena is a range of its segment: Base and Offset name it,
 // and array/ passes them to kernels. Buffer makes a sub-buffer covering
 // exactly the block at its first call and keeps it for the next block with
-// the same range. The policies themselves are plain data structures in
-// internal/policy, tested without OpenCL.
+// the same range; on a device whose runtime crashes on partly overlapping
+// sub-buffers (NVIDIA's: cl.Device.OverlappingSubBuffersSafe), only while
+// the range stays a block, and it is released as the range changes. The
+// policies themselves are plain data structures in internal/policy, tested
+// without OpenCL.
 //
 // # Queues
 //
