@@ -459,12 +459,17 @@ var simulatorPlatforms = []string{"oclgrind"}
 // runs kernels far slower than real hardware: SelectDevice picks one only
 // when asked by name or when there is no other device. A nil Device is not
 // a simulator.
-func (d *Device) IsSimulator() bool {
+func (d *Device) IsSimulator() bool { return d.onPlatform(simulatorPlatforms) }
+
+// onPlatform reports whether the name of the device's platform contains
+// one of names (lower case); false for a nil Device.
+func (d *Device) onPlatform(names []string) bool {
 	if d == nil || d.Platform == nil {
 		return false
 	}
-	for _, name := range simulatorPlatforms {
-		if strings.Contains(strings.ToLower(d.Platform.Name), name) {
+	platform := strings.ToLower(d.Platform.Name)
+	for _, name := range names {
+		if strings.Contains(platform, name) {
 			return true
 		}
 	}
@@ -481,17 +486,7 @@ var overlapUnsafePlatforms = []string{"nvidia"}
 // 580.159) does not: it dereferences a null pointer in clReleaseMemObject.
 // Containment, identical and adjacent ranges are safe everywhere. A nil
 // Device is safe.
-func (d *Device) OverlappingSubBuffersSafe() bool {
-	if d == nil || d.Platform == nil {
-		return true
-	}
-	for _, name := range overlapUnsafePlatforms {
-		if strings.Contains(strings.ToLower(d.Platform.Name), name) {
-			return false
-		}
-	}
-	return true
-}
+func (d *Device) OverlappingSubBuffersSafe() bool { return !d.onPlatform(overlapUnsafePlatforms) }
 
 // Matches reports whether name is a case-insensitive substring of the
 // device's or platform's name or vendor, or of the platform's version (POCL

@@ -1,9 +1,6 @@
 package cl
 
-import (
-	"strings"
-	"sync"
-)
+import "sync"
 
 // serialMu serializes the calls on objects of runtimes that are not safe
 // for concurrent use, although OpenCL 1.2 requires it of every call but
@@ -20,10 +17,8 @@ var threadUnsafePlatforms = []string{"oclgrind"}
 // needsSerial reports whether any of the devices is on such a platform.
 func needsSerial(devices []*Device) bool {
 	for _, d := range devices {
-		for _, name := range threadUnsafePlatforms {
-			if strings.Contains(strings.ToLower(d.Platform.Name), name) {
-				return true
-			}
+		if d.onPlatform(threadUnsafePlatforms) {
+			return true
 		}
 	}
 	return false
