@@ -484,8 +484,8 @@ var overlapUnsafePlatforms = []string{"nvidia"}
 // the release of a sub-buffer that partly overlaps another live one of the
 // same buffer, both used by commands. NVIDIA's driver (OpenCL 3.0 CUDA,
 // 580.159) does not: it dereferences a null pointer in clReleaseMemObject.
-// Containment, identical and adjacent ranges are safe everywhere. A nil
-// Device is safe.
+// Containment, identical and adjacent ranges were safe on every runtime
+// tried (POCL, Oclgrind, NVIDIA's). A nil Device is safe.
 func (d *Device) OverlappingSubBuffersSafe() bool { return !d.onPlatform(overlapUnsafePlatforms) }
 
 // Matches reports whether name is a case-insensitive substring of the

@@ -5,7 +5,8 @@ package mempool
 // of the policy under the pool's lock, and on a miss the one
 // out-of-memory ladder, for the limit's refusals and the device's alike.
 // The core (core.go) decides each step under the lock; the pool carries
-// it out, with the allocator, the hooks and OpenCL called outside it.
+// it out, with the allocator, the hooks and OpenCL called outside it (but
+// the release of stale sub-buffers: core.releaseStale).
 
 // request is one Allocate, as it goes through the ladder.
 type request struct {

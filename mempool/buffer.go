@@ -59,7 +59,7 @@ func (b *PooledBuffer) ID() uint64 { return uint64(uintptr(unsafe.Pointer(b))) }
 // bin's AllocSize (exactly Size near the device's limit), the whole of
 // Base. With WithArena, a block that is part of a larger segment gets a
 // sub-buffer of it, made at the first call and kept with the block, so a
-// later Allocate that reuses the block makes no OpenCL call; Buffer
+// later Allocate that reuses the block makes no sub-buffer for it; Buffer
 // returns nil if the runtime refuses the sub-buffer. Code that can take a
 // buffer and an offset should use Base and Offset, which never make one.
 //

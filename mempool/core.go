@@ -138,7 +138,7 @@ func (c *core) serveBlock(req *request, b *block) decision {
 		c.l.hit(b, req.size)
 	}
 	c.l.sync(c.pol.Counts())
-	if c.arenas != nil && c.arenas.HasStale() { // a split dropped the block's sub-buffer
+	if c.arenas != nil && c.arenas.HasStale() { // the hit's split or merges dropped sub-buffers
 		c.releaseStale()
 	}
 	req.pb = c.handOut(req.pb)

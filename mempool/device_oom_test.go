@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// FillDeviceEnv, set to 1, lets TestRealDeviceOutOfMemory fill the test
+// fillDeviceEnv, set to 1, lets TestRealDeviceOutOfMemory fill the test
 // device's memory. It is off by default: a GPU is often shared, and CPU
 // runtimes never report out of memory (they take the host's memory
 // instead), so the test also skips on a CPU device.
@@ -33,7 +33,7 @@ func TestRealDeviceOutOfMemory(t *testing.T) {
 	if d.Type&cl.DeviceTypeCPU != 0 {
 		t.Skipf("%s is a CPU device: CPU runtimes never report out of memory", d.Name)
 	}
-	// Chunks of 1/16 of the device, so that the filling takes a few dozen
+	// Chunks of 1/16 of the device, so that the filling takes at most 16
 	// allocations; 1.5 chunks must still be one buffer the device allows.
 	chunk := min(d.GlobalMemSize/16, d.MaxMemAllocSize*2/3) &^ (1<<20 - 1)
 	require.Positive(t, chunk)

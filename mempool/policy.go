@@ -67,10 +67,14 @@ func (p *Pool) blockSizeOf(size int64) int64 {
 }
 
 // overlapSafe reports whether every device of ctx survives partly
-// overlapping sub-buffers (cl.Device.OverlappingSubBuffersSafe). Where one
-// does not (NVIDIA's driver), the arena parks no sub-buffer, so that no two
-// of its sub-buffers ever overlap.
+// overlapping sub-buffers (cl.Device.OverlappingSubBuffersSafe); false if
+// the context is unknown (an allocator that does not tell it). Where it is
+// false (NVIDIA's driver), the arena parks no sub-buffer, so that no two of
+// its sub-buffers ever overlap.
 func overlapSafe(ctx *cl.Context) bool {
+	if ctx == nil {
+		return false
+	}
 	for _, d := range ctx.Devices() {
 		if !d.OverlappingSubBuffersSafe() {
 			return false

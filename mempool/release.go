@@ -9,8 +9,9 @@ import (
 )
 
 // This file is a block's way back: a Close (or a finalizer) gives it to
-// its queue's cache (qcache.go) or to the core, and what the core gives
-// up is freed here, outside the lock.
+// its queue's cache (qcache.go) or to the core, and the segments the core
+// gives up are freed here, outside the lock (stale sub-buffers are
+// released under it: releaseStale).
 
 // put takes back the block of a PooledBuffer, marking it closed (a negative
 // pb.size): the block is held for reuse, or, after StopHolding (or for an
@@ -114,14 +115,16 @@ func (p *Pool) takeBackThenUnlock(pb *PooledBuffer, size int64, record bool) err
 // it. NVIDIA's driver (580.159) dereferences a null pointer in
 // clReleaseMemObject of a sub-buffer partly overlapping another live one,
 // both used by commands (cl's TestSubBufferPatterns; BENCHMARKS.md, "On a
-// real GPU, second visit"). It is the one OpenCL call under the lock, and
-// a hit that splits no cached block makes none.
+// real GPU, second visit"). It is the one OpenCL call under the lock; a
+// hit makes it only if the hit split or merged blocks that had
+// sub-buffers (GetOn merges the blocks waiting unmerged).
 func (c *core) releaseStale() {
 	c.stale = c.pol.TakeStale(c.stale[:0])
 	for i, sub := range c.stale {
 		_ = sub.buf.Release() // a sub-buffer of ours: its release can fail only if its context is gone
 		c.stale[i] = mem{}
 	}
+	c.stale = c.stale[:0]
 }
 
 // freeSegments gives the segments, already out of the pool's accounts
