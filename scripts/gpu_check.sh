@@ -6,7 +6,8 @@
 #   scripts/gpu_check.sh run        # there (device tool: carry [".gpu"]): logs under $OUT (or .gpu/logs)
 #
 # run selects NVIDIA's OpenCL (libnvidia-opencl.so.1), then runs, each with
-# its own timeout: the real out-of-memory test, cl's sub-buffer patterns,
+# its own timeout: the real out-of-memory test, cl's sub-buffer and queue
+# patterns,
 # the short suites of cl, allocator, array and mempool (a suite that
 # crashes the process is run again past the test it crashed in, twice at
 # most), and the replay of cg and mlp. It prints one line per step; the
@@ -43,6 +44,7 @@ run() {
 	}
 	CLPOOL_FILL_DEVICE=1 step oom mempool 120 -test.run 'TestRealDeviceOutOfMemory' -test.v -test.count 1
 	step subbuffers cl 60 -test.run 'TestSubBufferPatterns' -test.v -test.count 1
+	step queues cl 120 -test.run 'TestQueuePatterns' -test.v -test.count 1
 	step cl cl 90 -test.short -test.count 1
 	step allocator allocator 60 -test.short -test.count 1
 	step array array 90 -test.short -test.count 1

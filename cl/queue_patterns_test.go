@@ -1,0 +1,155 @@
+package cl_test
+
+import (
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/internal/cltest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// queueCase is a pattern of the calls mempool's queue ordering makes
+// (queue.go): a marker on the queue a block was given back on, flushed,
+// a handle of it retained, a barrier on the next queue waiting for it, the
+// handle released at once, the marker polled; buffers released with
+// commands pending.
+type queueCase struct {
+	name string
+	run  func(t *testing.T, q *cl.CommandQueue)
+}
+
+// On an NVIDIA H200 (driver 580.159) mempool's storms crashed in a thread
+// of the driver's own, with exact bins too, whose blocks share no buffer
+// (BENCHMARKS.md, "On a real GPU, second visit"). These patterns, each in
+// a child process, are what a GPU run (scripts/gpu_check.sh) tries next to
+// find which call does it; POCL and Oclgrind run them all.
+var queueCases = []queueCase{
+	{"handover between in-order queues", func(t *testing.T, q *cl.CommandQueue) {
+		handovers(t, q, cltest.SecondQueue(t, q, 0), 500, 1)
+	}},
+	{"handover to an out-of-order queue", func(t *testing.T, q *cl.CommandQueue) {
+		handovers(t, q, cltest.SecondQueue(t, q, cl.QueueOutOfOrder), 500, 1)
+	}},
+	{"handover from an out-of-order queue", func(t *testing.T, q *cl.CommandQueue) {
+		handovers(t, cltest.SecondQueue(t, q, cl.QueueOutOfOrder), q, 500, 1)
+	}},
+	{"handovers on three goroutines", func(t *testing.T, q *cl.CommandQueue) {
+		var wg sync.WaitGroup
+		for g := range 3 {
+			a, b := cltest.SecondQueue(t, q, 0), cltest.SecondQueue(t, q, cl.QueueProperties(g%2)*cl.QueueOutOfOrder)
+			wg.Go(func() { handovers(t, a, b, 300, uint64(g)) })
+		}
+		wg.Wait()
+	}},
+	{"queue released while another waits on its marker", func(t *testing.T, q *cl.CommandQueue) {
+		buf := queueBuf(t, q, 1<<16)
+		for range 100 {
+			a, err := cl.NewCommandQueue(q.Context(), q.Device(), 0)
+			require.NoError(t, err)
+			queueFill(t, a, buf)
+			m, err := a.EnqueueMarker()
+			require.NoError(t, err)
+			require.NoError(t, a.Flush())
+			require.NoError(t, q.EnqueueBarrier(m))
+			require.NoError(t, m.Release())
+			require.NoError(t, a.Release())
+			queueFill(t, q, buf)
+		}
+		require.NoError(t, q.Finish())
+	}},
+}
+
+// TestQueuePatterns runs each pattern in a child process, so that a
+// runtime that crashes on one fails that case alone.
+func TestQueuePatterns(t *testing.T) {
+	if role := os.Getenv(cltest.ChildEnv); strings.HasPrefix(role, "queues:") {
+		for _, c := range queueCases {
+			if "queues:"+c.name == role {
+				c.run(t, cltest.Queue(t))
+				return
+			}
+		}
+		t.Fatalf("no case %q", role)
+	} else if role != "" {
+		t.Skip("a child of reexec for another test")
+	}
+	cltest.Watchdog(t, 300*time.Second)
+	for _, c := range queueCases {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := cltest.Reexec(t, "^TestQueuePatterns$", cltest.ChildEnv+"=queues:"+c.name)
+			assert.NoError(t, err, "the child crashed or failed:\n%s", firstLines(out, 20))
+		})
+	}
+}
+
+// handovers runs n rounds of mempool's handover from queue a to queue b:
+// a buffer filled on a, a marker on a (flushed), a barrier on b waiting
+// for a retained handle of it (released at once), a fill on b, the marker
+// polled and released, and the buffer released, with its commands pending,
+// every few rounds; seed picks the sizes.
+func handovers(t *testing.T, a, b *cl.CommandQueue, n int, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 3))
+	var bufs []*cl.Buffer
+	for range n {
+		if len(bufs) > 8 || len(bufs) > 0 && rng.IntN(3) == 0 {
+			i := rng.IntN(len(bufs))
+			if !assert.NoError(t, bufs[i].Release()) {
+				return
+			}
+			bufs = append(bufs[:i], bufs[i+1:]...)
+		}
+		buf, err := a.Context().CreateBuffer(cl.MemReadWrite, int64(1+rng.IntN(64))<<12)
+		if !assert.NoError(t, err) {
+			return
+		}
+		bufs = append(bufs, buf)
+		ok := queueFillE(a, buf) == nil
+		m, err := a.EnqueueMarker()
+		ok = ok && err == nil && a.Flush() == nil
+		if !assert.True(t, ok, "marker on the queue given back on") {
+			return
+		}
+		h, err := m.Retain()
+		ok = err == nil && b.EnqueueBarrier(h) == nil && h.Release() == nil
+		ok = ok && queueFillE(b, buf) == nil
+		_, err = m.Done()
+		if !assert.True(t, ok && err == nil, "barrier on the next queue") {
+			return
+		}
+		if !assert.NoError(t, m.Release()) {
+			return
+		}
+	}
+	for _, buf := range bufs {
+		assert.NoError(t, buf.Release())
+	}
+	assert.NoError(t, a.Finish())
+	assert.NoError(t, b.Finish())
+}
+
+func queueBuf(t *testing.T, q *cl.CommandQueue, n int64) *cl.Buffer {
+	t.Helper()
+	b, err := q.Context().CreateBuffer(cl.MemReadWrite, n)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, b.Release()) })
+	return b
+}
+
+func queueFill(t *testing.T, q *cl.CommandQueue, b *cl.Buffer) {
+	t.Helper()
+	require.NoError(t, queueFillE(q, b))
+}
+
+func queueFillE(q *cl.CommandQueue, b *cl.Buffer) error {
+	ev, err := q.EnqueueFillBuffer(b, []byte{1, 2, 3, 4}, 0, b.Size())
+	if err != nil {
+		return err
+	}
+	return ev.Release()
+}
