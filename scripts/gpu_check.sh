@@ -7,8 +7,7 @@
 #
 # run selects NVIDIA's OpenCL (libnvidia-opencl.so.1), then runs, each with
 # its own timeout: the real out-of-memory test, cl's sub-buffer and queue
-# patterns,
-# the short suites of cl, allocator, array and mempool (a suite that
+# patterns, the short suites of cl, allocator, array and mempool (a suite that
 # crashes the process is run again past the test it crashed in, twice at
 # most), and the replay of cg and mlp. It prints one line per step; the
 # whole logs are in the log folder. The .gpu/ folder must be ignored
