@@ -2,11 +2,8 @@ package cl_test
 
 import (
 	"math/rand/v2"
-	"os"
-	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
@@ -14,32 +11,28 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// queueCase is a pattern of the calls mempool's queue ordering makes
+// queueCases are patterns of the calls mempool's queue ordering makes
 // (queue.go): a marker on the queue a block was given back on, flushed,
 // a handle of it retained, a barrier on the next queue waiting for it, the
 // handle released at once, the marker polled; buffers released with
 // commands pending.
-type queueCase struct {
-	name string
-	run  func(t *testing.T, q *cl.CommandQueue)
-}
-
+//
 // On an NVIDIA H200 (driver 580.159) mempool's storms crashed in a thread
 // of the driver's own, with exact bins too, whose blocks share no buffer
 // (BENCHMARKS.md, "On a real GPU, second visit"). These patterns, each in
 // a child process, are what a GPU run (scripts/gpu_check.sh) tries next to
 // find which call does it; POCL and Oclgrind run them all.
-var queueCases = []queueCase{
-	{"handover between in-order queues", func(t *testing.T, q *cl.CommandQueue) {
+var queueCases = []childCase{
+	{"handover between in-order queues", nil, func(t *testing.T, q *cl.CommandQueue) {
 		handovers(t, q, cltest.SecondQueue(t, q, 0), 500, 1)
 	}},
-	{"handover to an out-of-order queue", func(t *testing.T, q *cl.CommandQueue) {
+	{"handover to an out-of-order queue", nil, func(t *testing.T, q *cl.CommandQueue) {
 		handovers(t, q, cltest.SecondQueue(t, q, cl.QueueOutOfOrder), 500, 1)
 	}},
-	{"handover from an out-of-order queue", func(t *testing.T, q *cl.CommandQueue) {
+	{"handover from an out-of-order queue", nil, func(t *testing.T, q *cl.CommandQueue) {
 		handovers(t, cltest.SecondQueue(t, q, cl.QueueOutOfOrder), q, 500, 1)
 	}},
-	{"handovers on three goroutines", func(t *testing.T, q *cl.CommandQueue) {
+	{"handovers on three goroutines", nil, func(t *testing.T, q *cl.CommandQueue) {
 		var wg sync.WaitGroup
 		for g := range 3 {
 			a, b := cltest.SecondQueue(t, q, 0), cltest.SecondQueue(t, q, cl.QueueProperties(g%2)*cl.QueueOutOfOrder)
@@ -47,7 +40,7 @@ var queueCases = []queueCase{
 		}
 		wg.Wait()
 	}},
-	{"queue released while another waits on its marker", func(t *testing.T, q *cl.CommandQueue) {
+	{"queue released while another waits on its marker", nil, func(t *testing.T, q *cl.CommandQueue) {
 		buf := queueBuf(t, q, 1<<16)
 		for range 100 {
 			a, err := cl.NewCommandQueue(q.Context(), q.Device(), 0)
@@ -65,27 +58,9 @@ var queueCases = []queueCase{
 	}},
 }
 
-// TestQueuePatterns runs each pattern in a child process, so that a
-// runtime that crashes on one fails that case alone.
+// TestQueuePatterns runs each pattern in a child process.
 func TestQueuePatterns(t *testing.T) {
-	if role := os.Getenv(cltest.ChildEnv); strings.HasPrefix(role, "queues:") {
-		for _, c := range queueCases {
-			if "queues:"+c.name == role {
-				c.run(t, cltest.Queue(t))
-				return
-			}
-		}
-		t.Fatalf("no case %q", role)
-	} else if role != "" {
-		t.Skip("a child of reexec for another test")
-	}
-	cltest.Watchdog(t, 300*time.Second)
-	for _, c := range queueCases {
-		t.Run(c.name, func(t *testing.T) {
-			out, err := cltest.Reexec(t, "^TestQueuePatterns$", cltest.ChildEnv+"=queues:"+c.name)
-			assert.NoError(t, err, "the child crashed or failed:\n%s", firstLines(out, 20))
-		})
-	}
+	runInChildren(t, "TestQueuePatterns", "queues:", queueCases)
 }
 
 // handovers runs n rounds of mempool's handover from queue a to queue b:

@@ -2,23 +2,19 @@ package cl_test
 
 import (
 	"math/rand/v2"
-	"os"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/clpool/clpool/cl"
-	"github.com/clpool/clpool/internal/cltest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// subBufferCase is a pattern of sub-buffers of one parent: made, used by
-// commands, released. nvidiaCrashes marks those that crash NVIDIA's driver.
-type subBufferCase struct {
-	name          string
-	nvidiaCrashes bool
-	run           func(t *testing.T, q *cl.CommandQueue)
+// crashesNVIDIA skips a case on NVIDIA's driver, which crashes on it.
+func crashesNVIDIA(d *cl.Device) string {
+	if d.Matches("nvidia") {
+		return "crashes NVIDIA's driver (580.159): clReleaseMemObject of a sub-buffer partly overlapping another, both used"
+	}
+	return ""
 }
 
 // Seen on an NVIDIA H200 (OpenCL 3.0 CUDA, driver 580.159.04): releasing a
@@ -26,16 +22,16 @@ type subBufferCase struct {
 // commands, dereferences a null pointer in clReleaseMemObject, with every
 // queue finished. Containment, identical ranges, adjacent ranges, and a
 // partial overlap where one of the two was never used all run.
-var subBufferCases = []subBufferCase{
-	{"unused", false, func(t *testing.T, q *cl.CommandQueue) { subPair(t, q, 0, 4096, 8192, 4096, false, false, 1) }},
-	{"contained, released first", false, func(t *testing.T, q *cl.CommandQueue) { subPair(t, q, 0, 4096, 0, 16384, true, true, 1) }},
-	{"container released first", false, func(t *testing.T, q *cl.CommandQueue) { subPair(t, q, 0, 4096, 0, 16384, true, true, 2) }},
-	{"identical", false, func(t *testing.T, q *cl.CommandQueue) { subPair(t, q, 4096, 8192, 4096, 8192, true, true, 1) }},
-	{"adjacent", false, func(t *testing.T, q *cl.CommandQueue) { subPair(t, q, 0, 8192, 8192, 8192, true, true, 1) }},
-	{"partial overlap, released one used", false, func(t *testing.T, q *cl.CommandQueue) { subPair(t, q, 0, 8192, 4096, 8192, true, false, 1) }},
-	{"partial overlap, other one used", false, func(t *testing.T, q *cl.CommandQueue) { subPair(t, q, 0, 8192, 4096, 8192, false, true, 1) }},
-	{"partial overlap, both used", true, func(t *testing.T, q *cl.CommandQueue) { subPair(t, q, 0, 8192, 4096, 8192, true, true, 1) }},
-	{"overlapping one at a time", false, func(t *testing.T, q *cl.CommandQueue) {
+var subBufferCases = []childCase{
+	{"unused", nil, func(t *testing.T, q *cl.CommandQueue) { subPair(t, q, 0, 4096, 8192, 4096, false, false, 1) }},
+	{"contained, released first", nil, func(t *testing.T, q *cl.CommandQueue) { subPair(t, q, 0, 4096, 0, 16384, true, true, 1) }},
+	{"container released first", nil, func(t *testing.T, q *cl.CommandQueue) { subPair(t, q, 0, 4096, 0, 16384, true, true, 2) }},
+	{"identical", nil, func(t *testing.T, q *cl.CommandQueue) { subPair(t, q, 4096, 8192, 4096, 8192, true, true, 1) }},
+	{"adjacent", nil, func(t *testing.T, q *cl.CommandQueue) { subPair(t, q, 0, 8192, 8192, 8192, true, true, 1) }},
+	{"partial overlap, released one used", nil, func(t *testing.T, q *cl.CommandQueue) { subPair(t, q, 0, 8192, 4096, 8192, true, false, 1) }},
+	{"partial overlap, other one used", nil, func(t *testing.T, q *cl.CommandQueue) { subPair(t, q, 0, 8192, 4096, 8192, false, true, 1) }},
+	{"partial overlap, both used", crashesNVIDIA, func(t *testing.T, q *cl.CommandQueue) { subPair(t, q, 0, 8192, 4096, 8192, true, true, 1) }},
+	{"overlapping one at a time", nil, func(t *testing.T, q *cl.CommandQueue) {
 		p := subParent(t, q)
 		for i := range 200 {
 			s, err := p.CreateSubBuffer(cl.MemReadWrite, int64(i%16)*4096, 65536)
@@ -45,37 +41,15 @@ var subBufferCases = []subBufferCase{
 		}
 		require.NoError(t, q.Finish())
 	}},
-	{"random, disjoint", false, func(t *testing.T, q *cl.CommandQueue) { subRandom(t, q, true) }},
-	{"random, overlapping", true, func(t *testing.T, q *cl.CommandQueue) { subRandom(t, q, false) }},
+	{"random, disjoint", nil, func(t *testing.T, q *cl.CommandQueue) { subRandom(t, q, true) }},
+	{"random, overlapping", crashesNVIDIA, func(t *testing.T, q *cl.CommandQueue) { subRandom(t, q, false) }},
 }
 
-// TestSubBufferPatterns runs each pattern in a child process, so that a
-// runtime that crashes on one fails that case alone. On NVIDIA's driver
-// the cases it crashes on are skipped: they are its defect, and mempool's
-// arena meets them (BENCHMARKS.md, "On a real GPU, second visit").
+// TestSubBufferPatterns runs each pattern in a child process. On NVIDIA's
+// driver the cases it crashes on are skipped: they are its defect, and
+// mempool's arena meets them (BENCHMARKS.md, "On a real GPU, second visit").
 func TestSubBufferPatterns(t *testing.T) {
-	if role := os.Getenv(cltest.ChildEnv); strings.HasPrefix(role, "subbuffer:") {
-		for _, c := range subBufferCases {
-			if "subbuffer:"+c.name == role {
-				c.run(t, cltest.Queue(t))
-				return
-			}
-		}
-		t.Fatalf("no case %q", role)
-	} else if role != "" {
-		t.Skip("a child of reexec for another test")
-	}
-	cltest.Watchdog(t, 120*time.Second)
-	nvidia := cltest.Queue(t).Device().Matches("nvidia")
-	for _, c := range subBufferCases {
-		t.Run(c.name, func(t *testing.T) {
-			if c.nvidiaCrashes && nvidia {
-				t.Skip("crashes NVIDIA's driver (580.159): clReleaseMemObject of a sub-buffer partly overlapping another, both used")
-			}
-			out, err := cltest.Reexec(t, "^TestSubBufferPatterns$", cltest.ChildEnv+"=subbuffer:"+c.name)
-			assert.NoError(t, err, "the child crashed or failed:\n%s", firstLines(out, 20))
-		})
-	}
+	runInChildren(t, "TestSubBufferPatterns", "subbuffer:", subBufferCases)
 }
 
 func subParent(t *testing.T, q *cl.CommandQueue) *cl.Buffer {
