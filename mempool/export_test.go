@@ -3,8 +3,6 @@ package mempool
 import (
 	"fmt"
 	"sync/atomic"
-
-	"github.com/clpool/clpool/mempool/internal/policy"
 )
 
 // WithoutQueueCaches makes a pool whose queues cache no blocks, so that
@@ -45,6 +43,6 @@ func CheckBlockCounts(p *Pool) error {
 func SetParking(p *Pool, on bool) {
 	p.lock()
 	defer p.mu.Unlock()
-	p.pol.(*policy.Arenas[mem]).SetParking(on)
+	p.arenas.SetParking(on)
 	p.releaseStale()
 }
