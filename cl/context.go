@@ -21,7 +21,10 @@ type Context struct {
 	maxAlloc int64 // the least MaxMemAllocSize of the devices
 	align    int64 // the largest MemBaseAddrAlign of the devices, bytes
 	serial   bool  // the runtime is not thread-safe: calls take serialMu
-	released atomic.Bool
+	// orderSerial: the runtime crashes on concurrent calls that order
+	// queues; they take orderMu (see orderLock)
+	orderSerial bool
+	released    atomic.Bool
 }
 
 // CreateContext makes a context on the given devices: at least one, all of
@@ -62,7 +65,7 @@ func CreateContext(devices ...*Device) (*Context, error) {
 	if err := callErr(call, int32(code)); err != nil {
 		return nil, err
 	}
-	c := &Context{id: id, devices: devs, maxAlloc: devs[0].MaxMemAllocSize, serial: needsSerial(devs)}
+	c := &Context{id: id, devices: devs, maxAlloc: devs[0].MaxMemAllocSize, serial: needsSerial(devs), orderSerial: needsOrderSerial(devs)}
 	for _, d := range devs {
 		c.maxAlloc = min(c.maxAlloc, d.MaxMemAllocSize)
 		c.align = max(c.align, d.MemBaseAddrAlign)
@@ -245,9 +248,9 @@ func (q *CommandQueue) Flush() error {
 	if err != nil {
 		return err
 	}
-	if q.ctx.serial {
-		serialMu.Lock()
-		defer serialMu.Unlock()
+	if mu := q.ctx.orderLock(); mu != nil {
+		mu.Lock()
+		defer mu.Unlock()
 	}
 	err = callErr("clFlush", int32(C.clFlush(id)))
 	runtime.KeepAlive(q)

@@ -40,6 +40,10 @@ var takesArgument = map[string]bool{"-D": true, "-I": true, "-x": true}
 // ErrInvalidValue, options with one with ErrInvalidBuildOptions, as are
 // options that end with "-D", "-I" or "-x" and no argument for it.
 //
+// Tabs, newlines and the other ASCII whitespace of the options reach the
+// runtime as spaces: NVIDIA's compiler fails on "-D\nX" and "-w -D X\n",
+// which POCL and Oclgrind build.
+//
 // It adds -cl-kernel-arg-info to the options (a runtime that refuses it
 // builds without), so that the runtime tells its kernels' argument
 // qualifiers and SetArg can refuse what would crash it: a number for a
@@ -56,6 +60,7 @@ func (c *Context) BuildProgram(source, options string) (*Program, error) {
 	if strings.IndexByte(options, 0) >= 0 {
 		return nil, misuse("clBuildProgram", ErrInvalidBuildOptions, fmt.Sprintf("options %q have a NUL byte", options))
 	}
+	options = spaced(options)
 	if f := strings.Fields(options); len(f) > 0 && takesArgument[strings.Trim(f[len(f)-1], `"'`)] {
 		return nil, misuse("clBuildProgram", ErrInvalidBuildOptions, fmt.Sprintf("options %q end with %s and no argument", options, f[len(f)-1]))
 	}
@@ -95,6 +100,17 @@ func (c *Context) BuildProgram(source, options string) (*Program, error) {
 		return nil, &BuildError{Err: err.(*CallError), Log: log}
 	}
 	return p, nil
+}
+
+// spaced returns options with each ASCII whitespace character (tab,
+// newline, vertical tab, form feed, carriage return) a space.
+func spaced(options string) string {
+	return strings.Map(func(r rune) rune {
+		if r < ' ' && strings.ContainsRune("\t\n\v\f\r", r) {
+			return ' '
+		}
+		return r
+	}, options)
 }
 
 // buildLog gathers the build logs of the context's devices.

@@ -14,6 +14,39 @@ var serialMu sync.Mutex
 // serialized.
 var threadUnsafePlatforms = []string{"oclgrind"}
 
+// orderMu serializes, on runtimes listed in orderUnsafePlatforms, the
+// calls that order queues: clFlush and the markers and barriers of
+// EnqueueMarker and EnqueueBarrier. NVIDIA's driver (580, on an H100 and
+// an H200) crashes in a thread of its own when goroutines flush some
+// queues while others enqueue markers and barriers that wait on them:
+// mempool's queue ordering did it in 6 runs of 6 of a test, still did with
+// either kind of call serialized alone, and did not with both (README,
+// "Runtimes"). These calls do not block, so the lock costs little; it
+// protects no fields.
+var orderMu sync.Mutex
+
+// orderUnsafePlatforms names, in lower case, the platforms whose calls
+// that order queues take orderMu.
+var orderUnsafePlatforms = []string{"nvidia"}
+
+// orderLock returns the mutex a call that orders c's queues takes (serialMu
+// on a runtime whose every call is serialized), or nil if none.
+func (c *Context) orderLock() *sync.Mutex {
+	switch {
+	case c.serial:
+		return &serialMu
+	case c.orderSerial:
+		return &orderMu
+	}
+	return nil
+}
+
+// needsOrderSerial reports whether devices that need no serialMu are on a
+// platform whose calls that order queues take orderMu.
+func needsOrderSerial(devices []*Device) bool {
+	return !needsSerial(devices) && len(devices) > 0 && devices[0].onPlatform(orderUnsafePlatforms)
+}
+
 // needsSerial reports whether any of the devices is on such a platform.
 func needsSerial(devices []*Device) bool {
 	for _, d := range devices {

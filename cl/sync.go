@@ -61,9 +61,9 @@ func (q *CommandQueue) enqueueSync(call string, barrier bool, wait []*Event) (*E
 	if err != nil {
 		return nil, err
 	}
-	if q.ctx.serial {
-		serialMu.Lock()
-		defer serialMu.Unlock()
+	if mu := q.ctx.orderLock(); mu != nil {
+		mu.Lock()
+		defer mu.Unlock()
 	}
 	var ev C.cl_event
 	var code C.cl_int
@@ -190,9 +190,9 @@ func (q *CommandQueue) EnqueueMigrate(bufs []*Buffer, flags MigrationFlags, want
 	if err != nil {
 		return nil, err
 	}
-	if q.ctx.serial {
-		serialMu.Lock()
-		defer serialMu.Unlock()
+	if mu := q.ctx.orderLock(); mu != nil {
+		mu.Lock()
+		defer mu.Unlock()
 	}
 	var ev C.cl_event
 	evp := &ev

@@ -58,10 +58,11 @@ func TestHostileS34aStaleKeptAfterRefusedRequest(t *testing.T) {
 	}
 }
 
-// PASSES (parking on, the default on POCL): the merged blocks' sub-buffers
-// are parked, as before the change.
+// PASSES (parking on, the default on POCL, set here as NVIDIA's driver has
+// it off): the merged blocks' sub-buffers are parked, as before the change.
 func TestHostileS34aParkedKeptAfterRefusedRequest(t *testing.T) {
 	f := newFixture(t, nil, mempool.WithArena(), mempool.WithoutQueueCaches(), mempool.WithLimit(4<<20))
+	mempool.SetParking(f.pool, true)
 	bs, subs := s34aSubs(t, f, 2, 64<<10)
 	for _, b := range bs {
 		require.NoError(t, b.Close())
