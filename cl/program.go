@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync/atomic"
+	"unicode"
 	"unsafe"
 )
 
@@ -38,11 +39,14 @@ var takesArgument = map[string]bool{"-D": true, "-I": true, "-x": true}
 // that does not compile returns a *BuildError that holds the build log and
 // matches ErrBuildProgramFailure. A source with a NUL byte is refused with
 // ErrInvalidValue, options with one with ErrInvalidBuildOptions, as are
-// options that end with "-D", "-I" or "-x" and no argument for it.
+// options that end with "-D", "-I" or "-x" and no argument for it (bare,
+// or quoted with nothing but whitespace beside it: "-w '-I '"); the error
+// quotes the options as given.
 //
-// Tabs, newlines and the other ASCII whitespace of the options reach the
-// runtime as spaces: NVIDIA's compiler fails on "-D\nX" and "-w -D X\n",
-// which POCL and Oclgrind build.
+// Tabs, newlines and the other ASCII whitespace bytes of the options reach
+// the runtime as spaces; every other byte as it is. Runtimes differ there:
+// NVIDIA's compiler fails on "-D\nX" and "-w -D X\n", Oclgrind on any
+// newline, and POCL takes "-w\t-D X" for one unknown option.
 //
 // It adds -cl-kernel-arg-info to the options (a runtime that refuses it
 // builds without), so that the runtime tells its kernels' argument
@@ -60,10 +64,10 @@ func (c *Context) BuildProgram(source, options string) (*Program, error) {
 	if strings.IndexByte(options, 0) >= 0 {
 		return nil, misuse("clBuildProgram", ErrInvalidBuildOptions, fmt.Sprintf("options %q have a NUL byte", options))
 	}
-	options = spaced(options)
-	if f := strings.Fields(options); len(f) > 0 && takesArgument[strings.Trim(f[len(f)-1], `"'`)] {
-		return nil, misuse("clBuildProgram", ErrInvalidBuildOptions, fmt.Sprintf("options %q end with %s and no argument", options, f[len(f)-1]))
+	if last := lastOption(options); takesArgument[last] {
+		return nil, misuse("clBuildProgram", ErrInvalidBuildOptions, fmt.Sprintf("options %q end with %s and no argument", options, last))
 	}
+	options = spaced(options)
 	if c.serial {
 		serialMu.Lock()
 		defer serialMu.Unlock()
@@ -102,15 +106,53 @@ func (c *Context) BuildProgram(source, options string) (*Program, error) {
 	return p, nil
 }
 
-// spaced returns options with each ASCII whitespace character (tab,
-// newline, vertical tab, form feed, carriage return) a space.
+// spaced returns options with each ASCII whitespace byte (tab, newline,
+// vertical tab, form feed, carriage return) a space; every other byte,
+// valid UTF-8 or not, as it is.
 func spaced(options string) string {
-	return strings.Map(func(r rune) rune {
-		if r < ' ' && strings.ContainsRune("\t\n\v\f\r", r) {
-			return ' '
+	b := []byte(options)
+	for i, c := range b {
+		switch c {
+		case '\t', '\n', '\v', '\f', '\r':
+			b[i] = ' '
 		}
-		return r
-	}, options)
+	}
+	return string(b)
+}
+
+// lastOption returns the last word of options as the compiler would read
+// it: words end at whitespace outside quotes, the quotes (single or
+// double) are dropped, and whitespace around what they held is trimmed,
+// so that "-w '-I '" ends with -I as "-w -I" does.
+func lastOption(options string) string {
+	var word, last strings.Builder
+	var quote rune
+	inWord := false
+	end := func() {
+		if inWord {
+			last.Reset()
+			last.WriteString(strings.TrimSpace(word.String()))
+			word.Reset()
+			inWord = false
+		}
+	}
+	for _, r := range options {
+		switch {
+		case quote != 0 && r == quote:
+			quote = 0
+		case quote != 0:
+			word.WriteRune(r)
+		case r == '\'' || r == '"':
+			quote, inWord = r, true
+		case unicode.IsSpace(r):
+			end()
+		default:
+			word.WriteRune(r)
+			inWord = true
+		}
+	}
+	end()
+	return last.String()
 }
 
 // buildLog gathers the build logs of the context's devices.

@@ -7,7 +7,8 @@ import "sync"
 // clSetKernelArg; it protects no fields. Oclgrind 21.10 is one such
 // runtime: two goroutines creating and releasing buffers at once corrupt
 // its heap ("double free or corruption"). On other runtimes the objects'
-// serial flag is false and nothing is locked.
+// serial flag is false and serialMu is not taken (NVIDIA's takes orderMu
+// for a few calls).
 var serialMu sync.Mutex
 
 // threadUnsafePlatforms names, in lower case, the platforms whose calls are
@@ -15,14 +16,17 @@ var serialMu sync.Mutex
 var threadUnsafePlatforms = []string{"oclgrind"}
 
 // orderMu serializes, on runtimes listed in orderUnsafePlatforms, the
-// calls that order queues: clFlush and the markers and barriers of
-// EnqueueMarker and EnqueueBarrier. NVIDIA's driver (580, on an H100 and
-// an H200) crashes in a thread of its own when goroutines flush some
-// queues while others enqueue markers and barriers that wait on them:
-// mempool's queue ordering did it in 6 runs of 6 of a test, still did with
-// either kind of call serialized alone, and did not with both (README,
-// "Runtimes"). These calls do not block, so the lock costs little; it
-// protects no fields.
+// calls that order queues: clFlush, the markers and barriers of
+// EnqueueMarker and EnqueueBarrier, and the migrations of EnqueueMigrate
+// (which were under it too in the runs that showed it enough). NVIDIA's
+// driver (580, on an H100 and an H200) crashes in a thread of its own when
+// goroutines flush some queues while others enqueue markers and barriers
+// that wait on them: mempool's queue ordering did it in 6 runs of 6 of a
+// test, still did with either kind of call serialized alone, and did not
+// with both (README, "Runtimes"). These calls do not block, so the lock
+// costs little; calls that block and flush as they do (Finish, blocking
+// reads and writes, waits) take no lock, which the runs did not show
+// unsafe. It protects no fields.
 var orderMu sync.Mutex
 
 // orderUnsafePlatforms names, in lower case, the platforms whose calls
