@@ -100,22 +100,17 @@ func TestHostileS35aWhitespaceOptions(t *testing.T) {
 // once the check sees through quotes that hold whitespace.
 func TestHostileS35aQuotedDanglingWhitespace(t *testing.T) {
 	cases := []string{`-w "-I "`, `"-D "`, "'-I\t'", "'-I '", "-w '-D\n'", "'-x\r'", `"-x "`, "-w \"-I\n\"", "-D X \"-I \r\n\""}
+	var children []childCase
 	for i, opts := range cases {
-		role := fmt.Sprintf("s35a-quoted-%d", i)
-		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			if r := os.Getenv(cltest.ChildEnv); r != "" && r != role {
-				t.Skip("another child")
+		children = append(children, childCase{name: fmt.Sprint(i), run: func(t *testing.T, q *cl.CommandQueue) {
+			p, err := q.Context().BuildProgram(s34aArgSrc, opts)
+			if err == nil {
+				p.Release()
 			}
-			s32gChild(t, fmt.Sprintf("TestHostileS35aQuotedDanglingWhitespace/%d", i), role, func(t *testing.T) {
-				q := cltest.Queue(t)
-				p, err := q.Context().BuildProgram(s34aArgSrc, opts)
-				if err == nil {
-					p.Release()
-				}
-				require.Error(t, err, "options %q built", opts)
-				assert.ErrorIs(t, err, cl.ErrInvalidBuildOptions, "options %q", opts)
-				assert.Contains(t, err.Error(), "no argument", "options %q reached the runtime", opts)
-			})
-		})
+			require.Error(t, err, "options %q built", opts)
+			assert.ErrorIs(t, err, cl.ErrInvalidBuildOptions, "options %q", opts)
+			assert.Contains(t, err.Error(), "no argument", "options %q reached the runtime", opts)
+		}})
 	}
+	runInChildren(t, "TestHostileS35aQuotedDanglingWhitespace", "s35a-quoted-", children)
 }
