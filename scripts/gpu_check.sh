@@ -6,10 +6,11 @@
 #   scripts/gpu_check.sh run        # there (device tool: carry [".gpu"]): logs under $OUT (or .gpu/logs)
 #
 # run selects NVIDIA's OpenCL (libnvidia-opencl.so.1), then runs, each with
-# its own timeout: the real out-of-memory test, cl's sub-buffer and queue
-# patterns, the short suites of cl, allocator, array and mempool (a suite that
-# crashes the process is run again past the test it crashed in, twice at
-# most), and the replay of cg and mlp. It prints one line per step; the
+# its own timeout: mempool's short suite (run again past the test it crashed
+# in, once, if it crashes the process), the short suites of cl, allocator and
+# array, the real out-of-memory test, and the replay of cg and mlp. (cl's
+# TestSubBufferPatterns and TestQueuePatterns, run on their own in session
+# 34 and 35, pass with the workarounds; the cl suite runs them too.) It prints one line per step; the
 # whole logs are in the log folder. The .gpu/ folder must be ignored
 # (echo /.gpu/ >> .git/info/exclude) and stays under the device tool's 64 MiB.
 set -uo pipefail
@@ -41,20 +42,22 @@ run() {
 		echo "$name: rc $rc; $(grep -c '^--- FAIL' "$logs/$name.log") FAIL lines; last: $(grep '^=== RUN' "$logs/$name.log" | tail -1)"
 		return $rc
 	}
-	CLPOOL_FILL_DEVICE=1 step oom mempool 120 -test.run 'TestRealDeviceOutOfMemory' -test.v -test.count 1
-	step subbuffers cl 60 -test.run 'TestSubBufferPatterns' -test.v -test.count 1
-	step queues cl 120 -test.run 'TestQueuePatterns' -test.v -test.count 1
-	step cl cl 90 -test.short -test.count 1
-	step allocator allocator 60 -test.short -test.count 1
-	step array array 90 -test.short -test.count 1
+	# mempool's short suite first: on the H100 (session 35) it ran 185 s
+	# without a crash and had not finished; the others are proven there.
 	local skip='^$' crashed
-	for i in 1 2 3; do
-		step "mempool-$i" mempool 150 -test.short -test.v -test.count 1 -test.skip "$skip" && break
+	for i in 1 2; do
+		step "mempool-$i" mempool 400 -test.short -test.v -test.count 1 -test.skip "$skip"
+		case $? in 0 | 124) break ;; esac # passed, or out of time: no second run
 		crashed=$(grep '^=== RUN' "$logs/mempool-$i.log" | tail -1 | awk '{print $3}' | cut -d/ -f1)
 		[ -n "$crashed" ] || break
 		echo "  skipping $crashed next"
 		skip="$skip|^$crashed\$"
 	done
+	grep -E '^--- (PASS|FAIL)' "$logs"/mempool-*.log | sort -t'(' -k2 -rn | head -5
+	step cl cl 90 -test.short -test.count 1
+	step allocator allocator 60 -test.short -test.count 1
+	step array array 90 -test.short -test.count 1
+	CLPOOL_FILL_DEVICE=1 step oom mempool 120 -test.run 'TestRealDeviceOutOfMemory' -test.v -test.count 1
 	for t in cg mlp; do
 		(cd "$root" && timeout 60 "$dir/clpool" replay -configs pool-immediate,pool-arena -warmup 1 -runs 3 "testdata/$t.tsv")
 	done
