@@ -31,6 +31,16 @@
 // on it, which no check makes safe (Oclgrind crashes when a buffer is
 // released during its unmap).
 //
+// # Concurrency
+//
+// Objects are safe for concurrent use, as OpenCL 1.2 requires of every call
+// but clSetKernelArg (a Kernel's arguments are its caller's to order). Where
+// a runtime falls short, this package takes locks itself: every call on a
+// context of Oclgrind (whose heap two goroutines creating buffers corrupt)
+// takes one mutex; on NVIDIA's driver, which crashes when flushes race
+// markers and barriers of other queues, Flush, EnqueueMarker, EnqueueBarrier
+// and EnqueueMigrate take another (none of them blocks). POCL takes none.
+//
 // # Errors
 //
 // A failing call returns a *CallError that names the C function and wraps a
