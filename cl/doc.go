@@ -34,7 +34,8 @@
 // # Concurrency
 //
 // Objects are safe for concurrent use, as OpenCL 1.2 requires of every call
-// but clSetKernelArg (a Kernel's arguments are its caller's to order). Where
+// but clSetKernelArg, except a Kernel: setting its arguments and enqueueing
+// it are separate calls, so one goroutine at a time uses it. Where
 // a runtime falls short, this package takes locks itself: every call on a
 // context of Oclgrind (whose heap two goroutines creating buffers corrupt)
 // takes one mutex; on NVIDIA's driver, which crashes when flushes race
