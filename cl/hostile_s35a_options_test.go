@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// FAILS (a regression of c5e92c4; passes at c5e92c4~1 on POCL): "-I DIR"
+// FAILED before its fix (session 35; a regression of c5e92c4; passes at c5e92c4~1 on POCL): "-I DIR"
 // where DIR's name is not UTF-8 (a Latin-1 "é", legal in a Linux path).
 // spaced's strings.Map turns the byte 0xe9 into U+FFFD, the runtime looks
 // in a directory that does not exist, and the build fails with "'h.h' file
@@ -46,7 +46,7 @@ func TestHostileS35aNonUTF8IncludeDir(t *testing.T) {
 	assert.Equal(t, []byte{7, 0, 0, 0}, out)
 }
 
-// FAILS (minor): the refusal of options that end with a dangling -D/-I/-x
+// FAILED before its fix (session 35; minor): the refusal of options that end with a dangling -D/-I/-x
 // quotes the options after spaced, not the caller's: "-w\t-D\n" is
 // reported as options "-w -D ", a string the caller never passed (and
 // cannot grep for). program.go:64 formats the rewritten options. Passes
@@ -83,7 +83,7 @@ func TestHostileS35aWhitespaceOptions(t *testing.T) {
 	}
 }
 
-// FAILS: the dangling check misses a dangling option quoted together
+// FAILED before its fix (session 35): the dangling check misses a dangling option quoted together
 // with whitespace: strings.Fields splits inside the quotes, so the last
 // field is the closing quote alone, and strings.Trim(`"'`) leaves "", not
 // "-I". Today's spaced makes "'-I\t'" the same "'-I '" the check already

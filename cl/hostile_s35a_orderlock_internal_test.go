@@ -264,7 +264,7 @@ func TestHostileS35aOrderLockNoDeadlock(t *testing.T) {
 	}
 }
 
-// FAILS: README.md, Runtimes, first paragraph (line 473): "so `cl`
+// FAILED before its fix (session 35): README.md, Runtimes, first paragraph (line 473): "so `cl`
 // serializes the calls of contexts on it; other runtimes take no lock." Since
 // c5e92c4 NVIDIA's platform takes orderMu for Flush, EnqueueMarker and
 // EnqueueBarrier (and EnqueueMigrate), as the same section's list says a few

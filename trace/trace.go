@@ -721,7 +721,8 @@ func (w wide) saturated() int64 {
 // not live, or an allocation of one that is, is an error (Check refuses
 // both): free only ever gets a handle alloc returned. If alloc or free
 // fails, or an event is refused, Replay frees the blocks live then, in id
-// order, and returns the error (with theirs, if any).
+// order, and returns the error (with theirs, if any); the error of the
+// event is an *EventError, which gives its index in events.
 func Replay[T any](events []Event, alloc func(size int64) (T, error), free func(T) error) error {
 	live := make(map[int64]T, 64)
 	err := replayEvents(events, live, alloc, free)
@@ -734,28 +735,41 @@ func Replay[T any](events []Event, alloc func(size int64) (T, error), free func(
 	return err
 }
 
+// EventError is Replay's error at an event: the event's index in the
+// events replayed, and the error, which names the block.
+type EventError struct {
+	Index int
+	Err   error
+}
+
+// Error is the error's, which names the block (not the index).
+func (e *EventError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the error.
+func (e *EventError) Unwrap() error { return e.Err }
+
 // replayEvents is Replay's pass over the events: live holds the handles of
 // the blocks live, at the end or at the first error.
 func replayEvents[T any](events []Event, live map[int64]T, alloc func(size int64) (T, error), free func(T) error) error {
-	for _, ev := range events {
+	for i, ev := range events {
 		switch ev.Op {
 		case Alloc:
 			if _, ok := live[ev.ID]; ok {
-				return fmt.Errorf("trace: allocating block %d, which is live", ev.ID)
+				return &EventError{i, fmt.Errorf("trace: allocating block %d, which is live", ev.ID)}
 			}
 			h, err := alloc(ev.Size)
 			if err != nil {
-				return fmt.Errorf("trace: allocating block %d (%d bytes): %w", ev.ID, ev.Size, err)
+				return &EventError{i, fmt.Errorf("trace: allocating block %d (%d bytes): %w", ev.ID, ev.Size, err)}
 			}
 			live[ev.ID] = h
 		case Free:
 			h, ok := live[ev.ID]
 			if !ok {
-				return fmt.Errorf("trace: freeing block %d, which is not live", ev.ID)
+				return &EventError{i, fmt.Errorf("trace: freeing block %d, which is not live", ev.ID)}
 			}
 			delete(live, ev.ID)
 			if err := free(h); err != nil {
-				return fmt.Errorf("trace: freeing block %d: %w", ev.ID, err)
+				return &EventError{i, fmt.Errorf("trace: freeing block %d: %w", ev.ID, err)}
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -321,4 +322,28 @@ func TestWindowDropsFreesOfWhatCameBefore(t *testing.T) {
 	assert.Equal(t, []trace.Event{events[2], events[3], events[4], events[6]}, kept)
 	assert.Equal(t, 2, dropped)
 	assert.NoError(t, trace.Check(kept))
+}
+
+// TestReplayErrorGivesTheEventIndex: Replay's error at an event is an
+// *EventError with the event's index in the events given (segment events
+// counted), whose message is the error's, and which unwraps to it.
+func TestReplayErrorGivesTheEventIndex(t *testing.T) {
+	refused := errors.New("refused")
+	events := []trace.Event{
+		{Op: trace.Alloc, ID: 1, Size: 10},
+		{Op: trace.SegmentAlloc, ID: 1, Size: 4096},
+		{Op: trace.Free, ID: 1},
+		{Op: trace.Alloc, ID: 1, Size: 99},
+	}
+	err := trace.Replay(events, func(size int64) (int64, error) {
+		if size == 99 {
+			return 0, refused
+		}
+		return size, nil
+	}, func(int64) error { return nil })
+	var ee *trace.EventError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, 3, ee.Index)
+	assert.ErrorIs(t, err, refused)
+	assert.Equal(t, "trace: allocating block 1 (99 bytes): refused", err.Error())
 }

@@ -107,7 +107,7 @@ func planCmd(args []string, stdout, stderr io.Writer) error {
 			for _, name := range names {
 				managed, err := replayOnce(name, q, eventsOf[i], sum, *lb)
 				if err != nil {
-					return fmt.Errorf("%s: %s: %w", rows[i].Path, name, err)
+					return fmt.Errorf("%s%s: %w", where(rows[i].Path, eventsOf[i], err), name, err)
 				}
 				rows[i].Managed = append(rows[i].Managed, managed)
 			}
@@ -148,9 +148,17 @@ func printPlan(w io.Writer, format string, names []string, rows []planRow) {
 	fmt.Fprintln(w)
 	for _, r := range rows {
 		l := r.Layout
-		fmt.Fprintf(w, "%-*s %8d %12d %5d %12d %9s", pathWidth, r.Path, r.Allocs, l.PeakLive, l.Align, l.Size, formatRatio(l.Ratio()))
+		planOverLive := formatRatio(l.Ratio())
+		if l.PeakLive == math.MaxInt64 || l.Size == math.MaxInt64 {
+			planOverLive = "-" // figures trace.Summarize and Plan saturated: not a measure
+		}
+		fmt.Fprintf(w, "%-*s %8d %12s %5d %12s %9s", pathWidth, r.Path, r.Allocs, atLeast(l.PeakLive), l.Align, atLeast(l.Size), planOverLive)
 		for j, m := range r.Managed {
-			fmt.Fprintf(w, "  %*d %6s", max(12, len(names[j])), m, formatRatio(ratio(m, l.Size)))
+			overPlan := formatRatio(ratio(m, l.Size))
+			if l.Size == math.MaxInt64 {
+				overPlan = "-"
+			}
+			fmt.Fprintf(w, "  %*d %6s", max(12, len(names[j])), m, overPlan)
 		}
 		fmt.Fprintln(w)
 	}

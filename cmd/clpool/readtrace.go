@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/clpool/clpool/trace"
 )
@@ -48,6 +50,49 @@ func parseTrace(r io.Reader, name string) ([]trace.Event, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return events, nil
+}
+
+// where returns "path:line: " for an error of trace.Replay over events
+// read from path (a *trace.EventError), naming the line of the event it is
+// about, or "path: " if the line cannot be told. events may leave out the
+// segments' events (trace.Blocks): the event is the k-th block event of
+// the file, k its rank among those of events.
+func where(path string, events []trace.Event, err error) string {
+	if line := eventLine(path, events, err); line > 0 {
+		return fmt.Sprintf("%s:%d: ", path, line)
+	}
+	return path + ": "
+}
+
+// eventLine is where's line, 0 if it cannot be told.
+func eventLine(path string, events []trace.Event, err error) int {
+	var ee *trace.EventError
+	if !errors.As(err, &ee) || ee.Index < 0 || ee.Index >= len(events) {
+		return 0
+	}
+	k := 0
+	for _, ev := range events[:ee.Index+1] {
+		if !ev.Op.Segment() {
+			k++
+		}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	br := bufio.NewReader(f)
+	for line := 1; ; line++ {
+		text, rerr := br.ReadString('\n')
+		if w := strings.Fields(text); len(w) > 0 && (w[0] == "a" || w[0] == "f") {
+			if k--; k == 0 {
+				return line
+			}
+		}
+		if rerr != nil {
+			return 0
+		}
+	}
 }
 
 // hint says what may have made a trace the error refused, or "".

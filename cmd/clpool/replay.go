@@ -88,7 +88,7 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 		for _, rp := range order {
 			ns, err := rp.run(q, round >= *warmup)
 			if err != nil {
-				return fmt.Errorf("%s: %w", rp.r.Config, err)
+				return fmt.Errorf("%s%s: %w", where(path, events, err), rp.r.Config, err)
 			}
 			prog.step(rp.r.Config, round+1, total, ns)
 		}
@@ -135,6 +135,9 @@ func parseConfigs(configList string) ([]string, error) {
 		name = strings.TrimSpace(name)
 		if _, ok := configs[name]; !ok {
 			return nil, fmt.Errorf("-configs: unknown configuration %q", name)
+		}
+		if slices.Contains(names, name) {
+			return nil, fmt.Errorf("-configs: %q named twice", name)
 		}
 		names = append(names, name)
 	}

@@ -50,11 +50,12 @@ device (-policy; no limit and no sanitizer, whatever CLPOOL_MEMORY_LIMIT
 and CLPOOL_SANITIZE say), which gives the segments, and the managed bytes
 if the trace has no segment events (A and F): with no device, blocks are
 aligned to 4 KiB (a device's pool aligns them to the device's base-address
-alignment, 512 bytes on POCL), so those managed bytes can differ from what
-replay and plan report for the same trace. A snapshot's plots 1 and 2
-come from its history, if it has one, checked as a trace is. The x axis
-is time if the events have times, else the event's number. Ids past
-±(2^53-1), which the page cannot tell apart, are refused.
+alignment and at least 512 bytes: 512 on POCL, whose alignment is 128), so
+those managed bytes can differ from what replay and plan report for the
+same trace. A snapshot's plots 1 and 2 come from its history, if it has
+one, checked as a trace is. The x axis is time if the events have times,
+else the event's number. Ids past ±(2^53-1), which the page cannot tell
+apart, are refused.
 
 flags:
 `
@@ -283,8 +284,12 @@ func loadPage(path, policy string, prog *progress) (page, error) {
 	head, _ := br.Peek(512) // an error here is the reader's, and reading below sees it again
 	if bytes.HasPrefix(bytes.TrimLeft(head, " \t\r\n"), []byte("{")) {
 		var s snapshotFile
-		if err := json.NewDecoder(br).Decode(&s); err != nil {
+		dec := json.NewDecoder(br)
+		if err := dec.Decode(&s); err != nil {
 			return page{}, fmt.Errorf("%s: reading the snapshot: %w", path, err)
+		}
+		if _, err := dec.Token(); err != io.EOF {
+			return page{}, fmt.Errorf("%s: more after the snapshot (one snapshot a file; a trace's lines are not JSON)", path)
 		}
 		pg, err := snapshotPage(s)
 		if err != nil {
@@ -401,7 +406,8 @@ func (b *pageBuilder) finish() page {
 		return pg
 	}
 	first, last := pg.X[min(1, len(pg.X)-1)], pg.X[len(pg.X)-1]
-	pg.End = last + max(1, (last-first)/int64(max(1, pg.Events-1)))
+	step := max(1, (last-first)/int64(max(1, pg.Events-1)))
+	pg.End = last + min(step, math.MaxInt64-last) // saturated at the last time an int64 holds, not wrapped
 	return pg
 }
 
@@ -639,6 +645,9 @@ func snapshotPage(s snapshotFile) (page, error) {
 				return page{}, fmt.Errorf("segment %d: block at offset %d of %d bytes: the blocks do not tile the segment", seg.ID, b.Offset, b.Size)
 			}
 			end += b.Size
+			if b.Requested < 0 || b.Requested > b.Size {
+				return page{}, fmt.Errorf("segment %d: block at offset %d of %d bytes: %d bytes requested, which no pool hands out", seg.ID, b.Offset, b.Size, b.Requested)
+			}
 		}
 		if end != seg.Size {
 			return page{}, fmt.Errorf("segment %d: its blocks cover %d of its %d bytes", seg.ID, end, seg.Size)
