@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"sync/atomic"
 	"unsafe"
 
@@ -429,15 +430,19 @@ func (a *Array[T]) Offset() int {
 
 // ptr is the array as kernels take it: its memory, and the index of its
 // first element there.
-func (a *Array[T]) ptr() ptr { return ptr{a.store.mem, int64(a.store.start + a.off)} }
+func (a *Array[T]) ptr() ptr { return ptr{a.store.mem, int64(a.store.start + a.off), a.store} }
 
 // read copies the array's elements into dst, which holds Len of them, and
 // write copies src, as many, into the array; both block.
 func (a *Array[T]) read(dst []byte) error {
-	return a.store.mem.read(a.q, a.ptr().index*elemSize[T](), dst)
+	err := a.store.mem.read(a.q, a.ptr().index*elemSize[T](), dst)
+	runtime.KeepAlive(a) // its block stays its own until the read is done (see ptr)
+	return err
 }
 func (a *Array[T]) write(src []byte) error {
-	return a.store.mem.write(a.q, a.ptr().index*elemSize[T](), src)
+	err := a.store.mem.write(a.q, a.ptr().index*elemSize[T](), src)
+	runtime.KeepAlive(a)
+	return err
 }
 
 // Slice returns a view of the elements lo to hi-1, as a[lo:hi] is of a Go

@@ -2,6 +2,7 @@ package array
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 
 	"github.com/clpool/clpool/cl"
@@ -207,7 +208,8 @@ const elementGroup = 64
 // global work-items in groups of local, for the exported call op, whose
 // name its errors carry; a nil local runs groups of elementGroup over
 // global rounded up to a multiple of it. An array is passed as its ptr,
-// which is two of the kernel's arguments.
+// which is two of the kernel's arguments, and kept reachable until the
+// kernel is enqueued (see ptr).
 func run[T Elem](op string, q *cl.CommandQueue, name string, global int, local []int, args ...any) error {
 	if local == nil {
 		local = []int{elementGroup}
@@ -221,7 +223,9 @@ func run[T Elem](op string, q *cl.CommandQueue, name string, global int, local [
 	if err := gk.k.SetArgs(kernelArgs(args)...); err != nil {
 		return fmt.Errorf("array: %s: kernel %s: %w", op, name, err)
 	}
-	if err := q.EnqueueKernel(gk.k, []int{global}, local); err != nil {
+	err = q.EnqueueKernel(gk.k, []int{global}, local)
+	runtime.KeepAlive(args) // the arrays' blocks, by their ptrs, until the kernel is enqueued
+	if err != nil {
 		return fmt.Errorf("array: %s: kernel %s: %w", op, name, err)
 	}
 	return nil

@@ -3,6 +3,7 @@ package array
 import (
 	"errors"
 	"fmt"
+	"runtime"
 
 	"github.com/clpool/clpool/cl"
 )
@@ -87,9 +88,18 @@ func (m memory) write(q *cl.CommandQueue, offset int64, src []byte) error {
 // index of the array's first element there (a view's, or a block's at an
 // offset in a larger buffer or SVM, is past 0). run passes each ptr as
 // those two arguments, the kernels' (z, zo), (x, xo), ...
+//
+// keep is the storage whose block the memory is: a ptr keeps it
+// reachable, so that an array its caller drops (allowed: the block goes
+// back when the garbage collector finds the array) is not found before its
+// command is enqueued. Whatever enqueues with a ptr keeps it alive until
+// the enqueue returns (runtime.KeepAlive): then the block's queue orders
+// its next owner after the command (s35b: a Scale whose operand was
+// dropped read another owner's data).
 type ptr struct {
 	mem   memory
 	index int64
+	keep  *storage
 }
 
 // kernelArgs returns args with each ptr expanded into its two kernel
@@ -124,6 +134,8 @@ func copyElems[T Elem](op string, q *cl.CommandQueue, dst, src ptr, n int) error
 	default:
 		return run[T](op, q, "copy", n, nil, dst, src, int64(n))
 	}
+	runtime.KeepAlive(dst)
+	runtime.KeepAlive(src)
 	if err == nil {
 		err = ev.Release()
 	}

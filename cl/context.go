@@ -148,7 +148,8 @@ type CommandQueue struct {
 	props       QueueProperties
 	ownsContext bool // made by DefaultQueue: Release releases the context too
 	released    atomic.Bool
-	barrierMu   sync.Mutex // out of order: keeps a barrier's marker and the barrier on it together (EnqueueBarrier)
+	finished    atomic.Bool // Release finished the queue's commands (see Finished)
+	barrierMu   sync.Mutex  // out of order: keeps a barrier's marker and the barrier on it together (EnqueueBarrier)
 }
 
 // NewCommandQueue makes a queue on dev, which must be one of ctx's devices
@@ -272,6 +273,9 @@ func (q *CommandQueue) Release() error {
 		serialMu.Lock()
 	}
 	err := callErr("clFinish", int32(C.clFinish(q.id)))
+	if err == nil {
+		q.finished.Store(true)
+	}
 	if rerr := callErr("clReleaseCommandQueue", int32(C.clReleaseCommandQueue(q.id))); err == nil {
 		err = rerr
 	}
@@ -286,6 +290,13 @@ func (q *CommandQueue) Release() error {
 	}
 	return err
 }
+
+// Finished reports whether Release has finished every command of the
+// queue, which it does before it releases the queue: from then on, nothing
+// enqueued on it runs or waits, and no command can be enqueued on it. It
+// is false before Release, while Release waits for the commands, and if
+// that wait failed; false for a nil queue.
+func (q *CommandQueue) Finished() bool { return q != nil && q.finished.Load() }
 
 func (q *CommandQueue) handle(call string) (C.cl_command_queue, error) {
 	if q == nil || q.released.Load() {

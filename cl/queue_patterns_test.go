@@ -128,3 +128,26 @@ func queueFillE(q *cl.CommandQueue, b *cl.Buffer) error {
 	}
 	return ev.Release()
 }
+
+// TestQueueFinishedAfterRelease: Finished is false while the queue lives
+// and true once Release has finished its commands (a slow kernel among
+// them), so that a pool may stop waiting on a queue its owner released.
+func TestQueueFinishedAfterRelease(t *testing.T) {
+	q := cltest.Queue(t)
+	q2, err := cl.NewCommandQueue(q.Context(), q.Device(), 0)
+	require.NoError(t, err)
+	assert.False(t, q2.Finished())
+	b, err := q.Context().CreateBuffer(cl.MemReadWrite, 1<<20)
+	require.NoError(t, err)
+	defer b.Release()
+	ev, err := q2.EnqueueFillBuffer(b, []byte{1}, 0, 1<<20)
+	require.NoError(t, err)
+	assert.False(t, q2.Finished(), "a command enqueued, not finished by a Release")
+	require.NoError(t, q2.Release())
+	assert.True(t, q2.Finished())
+	s, err := ev.Status()
+	require.NoError(t, err)
+	assert.Equal(t, cl.Complete, s, "Release finished the command")
+	require.NoError(t, ev.Release())
+	assert.False(t, (*cl.CommandQueue)(nil).Finished())
+}

@@ -25,9 +25,10 @@ type request struct {
 func (r *request) need() int64 { return r.size + r.guard }
 
 // Allocate returns a buffer of at least size bytes. With exact bins (the
-// default) it is a held block of size's bin if there is one (the most
-// recently given back of those only the allocator's queue may still use,
-// else the most recently given back: see the package doc's Queues), else
+// default) it is a held block of size's bin if there is one (of the four
+// most recently given back, the newest that only the allocator's queue
+// may still use, else the most recently given back: see the package doc's
+// Queues), else
 // a new block of the bin's AllocSize from the allocator; with WithArena, a
 // block cut from a segment. Allocate(0) returns a real block
 // (1 byte with bins, the arena's smallest block with it). A negative size

@@ -118,7 +118,13 @@
 // took 1, 9, 20 and 73 s; the same markers and barriers enqueued through
 // package cl alone slow down the same way. A program that reuses blocks
 // on such a queue should call Finish on it now and then.)
-// Requests prefer a block that only their queue may still use.
+// Requests prefer a block that only their queue may still use, among the
+// few they look at first: exact bins, the four blocks of the bin most
+// recently given back; the arena, the blocks of the request's size that
+// wait unmerged (at most four small and two large). Past those, a request
+// takes the block the policy would take anyway, whichever queue used it
+// last, and waits for that queue's commands (a handover): a search of
+// every free block for the request's queue would cost every request.
 // pool.Allocate allocates on the allocator's queue (allocator.Immediate's);
 // over an allocator without a queue, a block last used on a queue waits on
 // the host for that queue's marker, and other ordering is the caller's.
@@ -161,10 +167,12 @@
 // clSVMFree, unlike clReleaseMemObject, does not wait for the commands
 // that use the memory: before it frees SVM (FreeHeld, StopHolding, Close,
 // the out-of-memory ladder, or a Close after StopHolding), the pool waits
-// on the host for the queues whose commands may still use it; those
-// queues must outlive the last Close of a block used on them. SVM whose
-// queue cannot be waited for is left allocated (leaked), and the call that
-// would have freed it returns the error. The pool knows those queues only
+// on the host for the queues whose commands may still use it. A queue
+// released before that has nothing left to wait for (cl's Release
+// finishes its commands first: CommandQueue.Finished); SVM whose queue
+// cannot be waited for otherwise (its Release failed to finish it) is
+// left allocated (leaked), and the call that would have freed it returns
+// the error. The pool knows those queues only
 // for blocks allocated on one (Pool.On, or an allocator.ImmediateSVM's
 // queue): over a plain allocator.SVM, Close a block only once its commands
 // have completed.

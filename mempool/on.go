@@ -139,7 +139,10 @@ func (p *Pool) context() *cl.Context { return allocator.ContextOf(p.src.outer())
 // RecordQueue records that the buffer is also used on q, as torch's
 // record_stream does: when it is given back, a request on another queue
 // waits for the commands enqueued on q before Close too. q must be of the
-// pool's context. After Close it returns ErrClosed.
+// pool's context; it may be released before the pool (cl's Release
+// finishes its commands, and then nothing waits for it), but a request
+// racing that Release may fail with its error. After Close it returns
+// ErrClosed.
 func (b *PooledBuffer) RecordQueue(q *cl.CommandQueue) error {
 	if b == nil {
 		return fmt.Errorf("mempool: RecordQueue on a nil PooledBuffer: %w", ErrClosed)

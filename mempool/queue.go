@@ -258,8 +258,15 @@ func (qs *qstate) retainMarker(seq uint64) (m *cl.Event, marked int64, err error
 // mark makes qs.marker a marker that covers the commands enqueued
 // on qs before a block was given back when qs had started seq markers,
 // enqueuing (and flushing) one if the newest does not (marked 1), and
-// sets qs.done if it is seen complete. qs.mu must be held.
+// sets qs.done if it is seen complete. A queue its owner released (an
+// array's, which RecordQueue noted) has finished its commands: qs.done,
+// with no marker to enqueue (s35b: every later request for the block
+// failed). qs.mu must be held.
 func (qs *qstate) mark(seq uint64) (marked int64, err error) {
+	if qs.q.Finished() {
+		qs.done = true
+		return 0, nil
+	}
 	if qs.marker == nil || qs.markerSeq <= seq {
 		n := qs.seq.Add(1) // before the enqueue: see seq
 		m, err := qs.q.EnqueueMarker()
