@@ -216,22 +216,8 @@ func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 		if b.Size > limit {
 			return false
 		}
-		// The oldest go: of any kind while the cache is full, then of
-		// b's kind while its share is over (b.Size <= limit: evicting
-		// every block of its kind would do, so the loop ends).
-		var evict [cacheBlocks]int
-		k, share := 0, c.sum(cb.big)+b.Size
-		for i := 0; i < len(c.blocks) && (len(c.blocks)-k == cacheBlocks || share > limit); i++ {
-			if old := c.blocks[i]; old.big == cb.big {
-				share -= old.Size
-			} else if len(c.blocks)-k < cacheBlocks {
-				continue // not the kind over its share
-			}
-			evict[k] = i
-			k++
-		}
-		if k > 0 {
-			p.evict(r, evict[:k])
+		if share := c.sum(cb.big) + b.Size; len(c.blocks) == cacheBlocks || share > limit {
+			p.makeRoom(r, cb.big, share, limit)
 		}
 	}
 	if p.dropSafety {
@@ -253,6 +239,30 @@ func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 	}
 	p.flushIfDue(r)
 	return true
+}
+
+// makeRoom evicts the oldest blocks of r's cache, for a block of kind
+// big to come in: of any kind while the cache is full, then of that kind
+// while share, the bytes of that kind with the new block, is over limit
+// (the new block is at most limit: evicting every block of its kind
+// would do, so the loop ends). It is apart from putCached so that a put
+// that evicts nothing pays no more than a comparison. r.c.mu must be held.
+func (p *Pool) makeRoom(r *qstate, big bool, share, limit int64) {
+	c := &r.c
+	var evict [cacheBlocks]int
+	k := 0
+	for i := 0; i < len(c.blocks) && (len(c.blocks)-k == cacheBlocks || share > limit); i++ {
+		if old := c.blocks[i]; old.big == big {
+			share -= old.Size
+		} else if len(c.blocks)-k < cacheBlocks {
+			continue // not the kind over its share
+		}
+		evict[k] = i
+		k++
+	}
+	if k > 0 {
+		p.evict(r, evict[:k])
+	}
 }
 
 // drainCaches gives every block in a queue's cache (and the sanitizer's
