@@ -149,6 +149,7 @@ type CommandQueue struct {
 	ownsContext bool // made by DefaultQueue: Release releases the context too
 	released    atomic.Bool
 	finished    atomic.Bool // Release finished the queue's commands (see Finished)
+	releasing   sync.Mutex  // held by Release while it runs, for Finished to wait on
 	barrierMu   sync.Mutex  // out of order: keeps a barrier's marker and the barrier on it together (EnqueueBarrier)
 }
 
@@ -266,6 +267,8 @@ func (q *CommandQueue) Release() error {
 	if q == nil {
 		return misuse("clReleaseCommandQueue", ErrInvalidCommandQueue, "queue is nil")
 	}
+	q.releasing.Lock() // before the flag: Finished, seeing it, waits for the rest
+	defer q.releasing.Unlock()
 	if !q.released.CompareAndSwap(false, true) {
 		return nil
 	}
@@ -293,10 +296,19 @@ func (q *CommandQueue) Release() error {
 
 // Finished reports whether Release has finished every command of the
 // queue, which it does before it releases the queue: from then on, nothing
-// enqueued on it runs or waits, and no command can be enqueued on it. It
-// is false before Release, while Release waits for the commands, and if
-// that wait failed; false for a nil queue.
-func (q *CommandQueue) Finished() bool { return q != nil && q.finished.Load() }
+// enqueued on it runs or waits, and no command can be enqueued on it. If a
+// Release is under way on another goroutine, Finished waits for it to
+// return (as long as the queue's commands take). It is false before
+// Release and if Release's wait for the commands failed; false for a nil
+// queue.
+func (q *CommandQueue) Finished() bool {
+	if q == nil || !q.released.Load() {
+		return false
+	}
+	q.releasing.Lock()
+	q.releasing.Unlock() // an empty hold: it waits for a Release under way
+	return q.finished.Load()
+}
 
 func (q *CommandQueue) handle(call string) (C.cl_command_queue, error) {
 	if q == nil || q.released.Load() {

@@ -40,8 +40,9 @@ var takesArgument = map[string]bool{"-D": true, "-I": true, "-x": true}
 // matches ErrBuildProgramFailure. A source with a NUL byte is refused with
 // ErrInvalidValue, options with one with ErrInvalidBuildOptions, as are
 // options that end with "-D", "-I" or "-x" and no argument for it (bare,
-// or quoted with nothing but whitespace beside it: "-w '-I '"); the error
-// quotes the options as given.
+// after a word with an apostrophe, or quoted with nothing but whitespace
+// beside it: "-w '-I '"), or that have an empty quoted word (a pair of
+// quotes with nothing between); the error quotes the options as given.
 //
 // Tabs, newlines and the other ASCII whitespace bytes of the options reach
 // the runtime as spaces; every other byte as it is. Runtimes differ there:
@@ -64,8 +65,8 @@ func (c *Context) BuildProgram(source, options string) (*Program, error) {
 	if strings.IndexByte(options, 0) >= 0 {
 		return nil, misuse("clBuildProgram", ErrInvalidBuildOptions, fmt.Sprintf("options %q have a NUL byte", options))
 	}
-	if last := lastOption(options); takesArgument[last] {
-		return nil, misuse("clBuildProgram", ErrInvalidBuildOptions, fmt.Sprintf("options %q end with %s and no argument", options, last))
+	if why := badOptions(options); why != "" {
+		return nil, misuse("clBuildProgram", ErrInvalidBuildOptions, fmt.Sprintf("options %q %s", options, why))
 	}
 	options = spaced(options)
 	if c.serial {
@@ -120,20 +121,21 @@ func spaced(options string) string {
 	return string(b)
 }
 
-// lastOption returns the last word of options as the compiler would read
-// it: words end at whitespace outside quotes, the quotes (single or
-// double) are dropped, and whitespace around what they held is trimmed,
-// so that "-w '-I '" ends with -I as "-w -I" does.
-func lastOption(options string) string {
-	var word, last strings.Builder
+// optionWords reads options as a shell would: words end at whitespace
+// outside quotes (single or double), the quotes are dropped, and
+// whitespace around what they held is trimmed. It returns the last word,
+// and whether a word is an empty pair of quotes, single or double, which
+// Oclgrind crashes or hangs on.
+func optionWords(options string) (last string, emptyQuote bool) {
+	var word strings.Builder
 	var quote rune
-	inWord := false
+	inWord, quoted := false, false
 	end := func() {
 		if inWord {
-			last.Reset()
-			last.WriteString(strings.TrimSpace(word.String()))
+			last = strings.TrimSpace(word.String())
+			emptyQuote = emptyQuote || quoted && word.Len() == 0
 			word.Reset()
-			inWord = false
+			inWord, quoted = false, false
 		}
 	}
 	for _, r := range options {
@@ -143,7 +145,7 @@ func lastOption(options string) string {
 		case quote != 0:
 			word.WriteRune(r)
 		case r == '\'' || r == '"':
-			quote, inWord = r, true
+			quote, inWord, quoted = r, true, true
 		case unicode.IsSpace(r):
 			end()
 		default:
@@ -152,7 +154,28 @@ func lastOption(options string) string {
 		}
 	}
 	end()
-	return last.String()
+	return last, emptyQuote
+}
+
+// badOptions returns why BuildProgram refuses options, or "". A dangling
+// -D, -I or -x is looked for in the last word read both as POCL reads
+// the options (split at whitespace only: a quote is a character) and as
+// a shell would (optionWords): "-D Q=it's -I" ends with -I for POCL,
+// which crashes on it, and "-w '-I '" for a runtime that reads quotes.
+func badOptions(options string) string {
+	last, emptyQuote := optionWords(options)
+	if f := strings.Fields(options); len(f) > 0 {
+		if plain := strings.Trim(f[len(f)-1], `"'`); takesArgument[plain] {
+			last = plain
+		}
+	}
+	switch {
+	case takesArgument[last]:
+		return fmt.Sprintf("end with %s and no argument", last)
+	case emptyQuote:
+		return "have an empty quoted word ('' or \"\"), which POCL refuses and Oclgrind crashes on"
+	}
+	return ""
 }
 
 // buildLog gathers the build logs of the context's devices.

@@ -169,7 +169,8 @@
 // the out-of-memory ladder, or a Close after StopHolding), the pool waits
 // on the host for the queues whose commands may still use it. A queue
 // released before that has nothing left to wait for (cl's Release
-// finishes its commands first: CommandQueue.Finished); SVM whose queue
+// finishes its commands first: CommandQueue.Finished, which waits for a
+// Release under way); SVM whose queue
 // cannot be waited for otherwise (its Release failed to finish it) is
 // left allocated (leaked), and the call that would have freed it returns
 // the error. The pool knows those queues only

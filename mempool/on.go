@@ -139,10 +139,12 @@ func (p *Pool) context() *cl.Context { return allocator.ContextOf(p.src.outer())
 // RecordQueue records that the buffer is also used on q, as torch's
 // record_stream does: when it is given back, a request on another queue
 // waits for the commands enqueued on q before Close too. q must be of the
-// pool's context; it may be released before the pool (cl's Release
-// finishes its commands, and then nothing waits for it), but a request
-// racing that Release may fail with its error. After Close it returns
-// ErrClosed.
+// pool's context. It may be released before the pool: cl's Release
+// finishes its commands, after which nothing waits for q, and a request
+// that finds a Release of q under way waits for it to return
+// (CommandQueue.Finished). A Release that begins during the pool's own
+// call on q (a marker) races that call, as any Release during a call on
+// the queue does (see package cl). After Close it returns ErrClosed.
 func (b *PooledBuffer) RecordQueue(q *cl.CommandQueue) error {
 	if b == nil {
 		return fmt.Errorf("mempool: RecordQueue on a nil PooledBuffer: %w", ErrClosed)

@@ -6,7 +6,8 @@
 // allocators and pools and reports the time per event, median of several
 // warm runs, with the pool's hits, misses and peaks. The device is the one
 // CLPOOL_DEVICE names. It checks its flags and reads the whole trace before
-// it runs anything, and names the file and line of a bad event.
+// it runs anything, and names the file and line of a bad event (of one the
+// device refuses, by reading a regular file again).
 //
 //	clpool viz [-o mem.html] [-policy arena|bins] FILE
 //

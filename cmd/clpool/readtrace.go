@@ -54,7 +54,8 @@ func parseTrace(r io.Reader, name string) ([]trace.Event, error) {
 
 // where returns "path:line: " for an error of trace.Replay over events
 // read from path (a *trace.EventError), naming the line of the event it is
-// about, or "path: " if the line cannot be told. events may leave out the
+// about, which it finds by reading the file again, or "path: " if the line
+// cannot be told (a trace that is not a regular file: a pipe's is gone). events may leave out the
 // segments' events (trace.Blocks): the event is the k-th block event of
 // the file, k its rank among those of events.
 func where(path string, events []trace.Event, err error) string {
@@ -75,6 +76,9 @@ func eventLine(path string, events []trace.Event, err error) int {
 		if !ev.Op.Segment() {
 			k++
 		}
+	}
+	if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
+		return 0 // a pipe's trace cannot be read again (an open would wait for a writer)
 	}
 	f, err := os.Open(path)
 	if err != nil {

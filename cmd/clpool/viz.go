@@ -641,7 +641,7 @@ func snapshotPage(s snapshotFile) (page, error) {
 			if err := checkPageID("block", b.ID); err != nil {
 				return page{}, fmt.Errorf("segment %d: block at offset %d: %w", seg.ID, b.Offset, err)
 			}
-			if b.Offset != end || b.Size <= 0 {
+			if b.Offset != end || b.Size <= 0 || b.Size > seg.Size-end {
 				return page{}, fmt.Errorf("segment %d: block at offset %d of %d bytes: the blocks do not tile the segment", seg.ID, b.Offset, b.Size)
 			}
 			end += b.Size
