@@ -149,8 +149,9 @@ func (a *Array[T]) unstage(op string, block Block, err error) error {
 // memory the OpenCL runtime owns: it holds no Go pointers, must not be
 // kept past Close, and is not moved or collected by the garbage collector.
 // Nor does it keep the PinnedSlice alive: keep the PinnedSlice reachable
-// (Close it when done) while Data is in use, since a PinnedSlice dropped
-// gives its memory back to the allocator, which may hand it out again.
+// (Close it when done) while Data is in use: a dropped PinnedSlice's
+// memory may go back to the allocator (a pool's block does, with drop
+// safety) and be handed out again.
 type PinnedSlice[T Elem] struct {
 	data  []T
 	block Block
