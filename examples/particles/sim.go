@@ -171,7 +171,7 @@ func (c *cloud[T]) accel(d int, x *array.Array[T]) (*array.Array[T], error) {
 }
 
 // step advances the cloud by dt, kick-drift-kick (velocity Verlet):
-// v' = v + dt/2·a(x), x' = x + dt·v', v” = v' + dt/2·a(x'). Each update
+// v1 = v + dt/2·a(x), x1 = x + dt·v1, v2 = v1 + dt/2·a(x1). Each update
 // makes new arrays and closes the old ones, as array code written the
 // plain way does.
 func (c *cloud[T]) step(dt float64) error {
