@@ -145,8 +145,8 @@ func (p *Pool) context() *cl.Context { return allocator.ContextOf(p.src.outer())
 // (CommandQueue.Finished). A Release that begins during the pool's own
 // call on q (a marker) races that call, as any Release during a call on
 // the queue does (see package cl). The pool keeps the state of every
-// queue it has seen, released or not, until it is closed (a few hundred
-// bytes each, and a line of Stats.Queues): a program that makes a queue
+// queue it has seen, released or not, until it is closed (a few KiB
+// each, and a line of Stats.Queues): a program that makes a queue
 // per task should not record each one with a long-lived pool. After
 // Close it returns ErrClosed.
 func (b *PooledBuffer) RecordQueue(q *cl.CommandQueue) error {
