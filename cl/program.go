@@ -39,10 +39,11 @@ var takesArgument = map[string]bool{"-D": true, "-I": true, "-x": true}
 // that does not compile returns a *BuildError that holds the build log and
 // matches ErrBuildProgramFailure. A source with a NUL byte is refused with
 // ErrInvalidValue, options with one with ErrInvalidBuildOptions, as are
-// options that end with "-D", "-I" or "-x" and no argument for it (bare,
-// after a word with an apostrophe, or quoted with nothing but whitespace
-// beside it: "-w '-I '"), or that have an empty quoted word (a pair of
-// quotes with nothing between); the error quotes the options as given.
+// options whose last word is "-D", "-I" or "-x", read either as POCL reads
+// options (split at whitespace, a quote a character: "-D Q=it's -I") or
+// as a shell would (quotes group words and are dropped: "-w '-I '"), and
+// options with a quoted word of nothing but whitespace or quotes; the
+// error quotes the options as given.
 //
 // Tabs, newlines and the other ASCII whitespace bytes of the options reach
 // the runtime as spaces; every other byte as it is. Runtimes differ there:
@@ -124,7 +125,8 @@ func spaced(options string) string {
 // optionWords reads options as a shell would: words end at whitespace
 // outside quotes (single or double), the quotes are dropped, and
 // whitespace around what they held is trimmed. It returns the last word,
-// and whether a word is an empty pair of quotes, single or double, which
+// and whether a quoted word holds nothing but whitespace and quotes (a
+// pair of quotes with nothing, a blank or other quotes between), which
 // Oclgrind crashes or hangs on.
 func optionWords(options string) (last string, emptyQuote bool) {
 	var word strings.Builder
@@ -133,7 +135,7 @@ func optionWords(options string) (last string, emptyQuote bool) {
 	end := func() {
 		if inWord {
 			last = strings.TrimSpace(word.String())
-			emptyQuote = emptyQuote || quoted && word.Len() == 0
+			emptyQuote = emptyQuote || quoted && strings.TrimFunc(word.String(), blankOrQuote) == ""
 			word.Reset()
 			inWord, quoted = false, false
 		}
@@ -157,6 +159,9 @@ func optionWords(options string) (last string, emptyQuote bool) {
 	return last, emptyQuote
 }
 
+// blankOrQuote reports whether r is whitespace or a quote.
+func blankOrQuote(r rune) bool { return unicode.IsSpace(r) || r == '\'' || r == '"' }
+
 // badOptions returns why BuildProgram refuses options, or "". A dangling
 // -D, -I or -x is looked for in the last word read both as POCL reads
 // the options (split at whitespace only: a quote is a character) and as
@@ -164,16 +169,14 @@ func optionWords(options string) (last string, emptyQuote bool) {
 // which crashes on it, and "-w '-I '" for a runtime that reads quotes.
 func badOptions(options string) string {
 	last, emptyQuote := optionWords(options)
-	if f := strings.Fields(options); len(f) > 0 {
-		if plain := strings.Trim(f[len(f)-1], `"'`); takesArgument[plain] {
-			last = plain
-		}
+	if f := strings.Fields(options); len(f) > 0 && takesArgument[f[len(f)-1]] {
+		last = f[len(f)-1] // a quote is a character here: -I" is -I with an argument
 	}
 	switch {
 	case takesArgument[last]:
 		return fmt.Sprintf("end with %s and no argument", last)
 	case emptyQuote:
-		return "have an empty quoted word ('' or \"\"), which POCL refuses and Oclgrind crashes on"
+		return "have a quoted word of nothing but whitespace or quotes, which Oclgrind crashes or hangs on"
 	}
 	return ""
 }
