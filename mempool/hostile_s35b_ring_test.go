@@ -119,14 +119,7 @@ func TestHostileS35bBlockRoundNineQueues(t *testing.T) {
 	for _, pol := range s35bPolicies {
 		t.Run(pol.name, func(t *testing.T) {
 			q := cltest.Queue(t)
-			var queues []*cl.CommandQueue
-			for i := range 9 {
-				props := cl.QueueProperties(0)
-				if i%3 == 2 {
-					props = cl.QueueOutOfOrder
-				}
-				queues = append(queues, cltest.SecondQueue(t, q, props))
-			}
+			queues := s35bQueues(t, q, 9, 3)
 			n := 64
 			iters := cltest.Size(q, 100, 200000)
 			rig := newS35bRig(t, q, n, queues...)
@@ -180,4 +173,17 @@ func TestHostileS35bBlockRoundNineQueues(t *testing.T) {
 			}
 		})
 	}
+}
+
+// s35bQueues returns n queues of q's context, every k-th out of order.
+func s35bQueues(t *testing.T, q *cl.CommandQueue, n, k int) []*cl.CommandQueue {
+	var queues []*cl.CommandQueue
+	for i := range n {
+		props := cl.QueueProperties(0)
+		if i%k == k-1 {
+			props = cl.QueueOutOfOrder
+		}
+		queues = append(queues, cltest.SecondQueue(t, q, props))
+	}
+	return queues
 }

@@ -90,14 +90,7 @@ func TestHostileS35bOwnersNeverOverlap(t *testing.T) {
 	for _, pol := range s35bPolicies {
 		t.Run(pol.name, func(t *testing.T) {
 			q := cltest.Queue(t)
-			var queues []*cl.CommandQueue
-			for i := range 8 {
-				props := cl.QueueProperties(0)
-				if i%4 == 3 {
-					props = cl.QueueOutOfOrder
-				}
-				queues = append(queues, cltest.SecondQueue(t, q, props))
-			}
+			queues := s35bQueues(t, q, 8, 4)
 			own := newS35bOwners(t, q)
 			const limit = 2 << 20
 			p := pooltest.New(t, q, append([]mempool.Option{mempool.WithLimit(limit)}, pol.opts...)...)
