@@ -168,15 +168,14 @@
 // that use the memory: before it frees SVM (FreeHeld, StopHolding, Close,
 // the out-of-memory ladder, or a Close after StopHolding), the pool waits
 // on the host for the queues whose commands may still use it. A queue
-// released before that has nothing left to wait for (cl's Release
-// finishes its commands first: CommandQueue.Finished, which waits for a
-// Release under way); SVM whose queue
-// cannot be waited for otherwise (its Release failed to finish it) is
-// left allocated (leaked), and the call that would have freed it returns
-// the error. The pool knows those queues only
-// for blocks allocated on one (Pool.On, or an allocator.ImmediateSVM's
-// queue): over a plain allocator.SVM, Close a block only once its commands
-// have completed.
+// released before that has nothing left to wait for (cl's Release finishes
+// its commands first: CommandQueue.Finished, which waits for a Release
+// under way); SVM whose queue cannot be waited for otherwise (its Release
+// failed to finish it) is left allocated (leaked), and the call that would
+// have freed it returns the error. The pool knows those queues only for
+// blocks allocated on one (Pool.On, or an allocator.ImmediateSVM's queue):
+// over a plain allocator.SVM, Close a block only once its commands have
+// completed.
 //
 // # Lifecycle
 //

@@ -55,9 +55,9 @@ func parseTrace(r io.Reader, name string) ([]trace.Event, error) {
 // where returns "path:line: " for an error of trace.Replay over events
 // read from path (a *trace.EventError), naming the line of the event it is
 // about, which it finds by reading the file again, or "path: " if the line
-// cannot be told (a trace that is not a regular file: a pipe's is gone). events may leave out the
-// segments' events (trace.Blocks): the event is the k-th block event of
-// the file, k its rank among those of events.
+// cannot be told (a trace that is not a regular file: a pipe's is gone).
+// events may leave out the segments' events (trace.Blocks): the event is
+// the k-th block event of the file, k its rank among those of events.
 func where(path string, events []trace.Event, err error) string {
 	if line := eventLine(path, events, err); line > 0 {
 		return fmt.Sprintf("%s:%d: ", path, line)
