@@ -45,10 +45,11 @@ func (c *Context) orderLock() *sync.Mutex {
 	return nil
 }
 
-// needsOrderSerial reports whether devices that need no serialMu are on a
-// platform whose calls that order queues take orderMu.
+// needsOrderSerial reports whether the devices (of one platform) are on a
+// platform whose calls that order queues take orderMu (orderLock prefers
+// serialMu where a context needs that).
 func needsOrderSerial(devices []*Device) bool {
-	return !needsSerial(devices) && len(devices) > 0 && devices[0].onPlatform(orderUnsafePlatforms)
+	return len(devices) > 0 && devices[0].onPlatform(orderUnsafePlatforms)
 }
 
 // needsSerial reports whether any of the devices is on such a platform.
