@@ -47,16 +47,8 @@ func TestArenaAlignsForItsContext(t *testing.T) {
 // serve kernels on either device. It runs where two devices show
 // (TestPoolOnTwoPOCLDevices makes POCL show two).
 func TestPoolOnSeveralDevices(t *testing.T) {
-	d0, d1 := cltest.TwoDevices(t)
-	ctx, err := cl.CreateContext(d0, d1)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, ctx.Release()) }()
-	q0, err := cl.NewCommandQueue(ctx, d0, 0)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, q0.Release()) }()
-	q1, err := cl.NewCommandQueue(ctx, d1, 0)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, q1.Release()) }()
+	q0, q1 := twoDeviceQueues(t)
+	ctx := q0.Context()
 
 	for _, pol := range policies[:2] {
 		t.Run(pol.name, func(t *testing.T) {
@@ -102,4 +94,21 @@ func TestPoolOnSeveralDevices(t *testing.T) {
 
 func TestPoolOnTwoPOCLDevices(t *testing.T) {
 	cltest.RunOnTwoPOCLDevices(t, "TestPoolOnSeveralDevices")
+}
+
+// twoDeviceQueues returns a queue on each of two devices of one new
+// context (cltest.TwoDevices; the test skips without them), released with
+// the context when t ends.
+func twoDeviceQueues(t *testing.T) (q0, q1 *cl.CommandQueue) {
+	d0, d1 := cltest.TwoDevices(t)
+	ctx, err := cl.CreateContext(d0, d1)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, ctx.Release()) })
+	q0, err = cl.NewCommandQueue(ctx, d0, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, q0.Release()) })
+	q1, err = cl.NewCommandQueue(ctx, d1, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, q1.Release()) })
+	return q0, q1
 }

@@ -22,16 +22,7 @@ import (
 // block. Then both blocks go back and the merged block goes to device 1
 // while device 0's kernel on its half still runs.
 func TestHostileS35bTwoDevicesShareASegment(t *testing.T) {
-	d0, d1 := cltest.TwoDevices(t)
-	ctx, err := cl.CreateContext(d0, d1)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, ctx.Release()) }()
-	q0, err := cl.NewCommandQueue(ctx, d0, 0)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, q0.Release()) }()
-	q1, err := cl.NewCommandQueue(ctx, d1, 0)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, q1.Release()) }()
+	q0, q1 := twoDeviceQueues(t)
 
 	imm, err := allocator.NewImmediate(q0, cl.MemReadWrite)
 	require.NoError(t, err)
