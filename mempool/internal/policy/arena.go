@@ -443,7 +443,10 @@ func (a *Arena[T]) split(b *Block[T], n int64) {
 	} else {
 		r = new(Block[T])
 	}
-	*r = Block[T]{Seg: b.Seg, Off: b.Off + n, Size: rest, free: true, prev: b, next: b.next, Uses: append(r.Uses[:0], b.Uses...)}
+	// Field by field: a composite literal of a type with pointers is
+	// built apart and copied in, at several times the cost.
+	r.Seg, r.Off, r.Size, r.free, r.prev, r.next, r.fnext = b.Seg, b.Off+n, rest, true, b, b.next, nil
+	r.Uses = append(r.Uses[:0], b.Uses...)
 	if b.next != nil {
 		b.next.prev = r
 	}
