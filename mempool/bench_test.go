@@ -493,3 +493,32 @@ func BenchmarkSVMAlloc(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkQueuePerTask is a task on a queue of its own: the queue made,
+// a block allocated on it (the one the last task gave back, in that
+// task's queue's cache) and given back, the queue released. A pool that
+// kept every queue it saw paid for each one at every task (ns/op grew
+// with b.N); one that forgets released queues pays for a few.
+func BenchmarkQueuePerTask(b *testing.B) {
+	q := cltest.Queue(b)
+	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := warmed(b)(mempool.New(imm))
+	b.ReportAllocs()
+	for b.Loop() {
+		q2, err := cl.NewCommandQueue(q.Context(), q.Device(), 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pb, err := p.On(q2).Allocate(benchSize)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pb.Close()
+		if err := q2.Release(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

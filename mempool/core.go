@@ -3,6 +3,7 @@ package mempool
 import (
 	"math"
 	"runtime"
+	"slices"
 
 	"github.com/clpool/clpool/cl"
 
@@ -19,14 +20,16 @@ import (
 // core is the state the pool's mutex protects. Every method of core is
 // called with p.mu held, and returns with it held.
 type core struct {
-	queues []*qstate      // every queue allocated for, by id-1
-	pol    placement      // where blocks go
-	slab   []PooledBuffer // handed out one by one without drop safety (see handOut)
-	life   lifecycle      // lifeOpen, then lifeStopped, lifeClosed
-	limit  int64          // 0: no limit
-	l      ledger
-	stale  []mem               // releaseStale's scratch list, empty between calls
-	arenas *policy.Arenas[mem] // pol, if an arena: the hit path asks it for stale sub-buffers directly
+	queues   []*qstate                    // every queue allocated for, by id-1; nil once forgotten (forgetReleased)
+	queueOf  map[*cl.CommandQueue]*qstate // the states of queues[], by queue
+	forgetAt int                          // how many states there are when forgetReleased runs next
+	pol      placement                    // where blocks go
+	slab     []PooledBuffer               // handed out one by one without drop safety (see handOut)
+	life     lifecycle                    // lifeOpen, then lifeStopped, lifeClosed
+	limit    int64                        // 0: no limit
+	l        ledger
+	stale    []mem               // releaseStale's scratch list, empty between calls
+	arenas   *policy.Arenas[mem] // pol, if an arena: the hit path asks it for stale sub-buffers directly
 
 	// Set at New, never changed: read without the lock too.
 	maxAlloc int64 // the device's largest buffer; 0 if unknown
@@ -335,12 +338,14 @@ func (c *core) forget(segs ...*segment) {
 
 // recordUses records, on a block given back, that its queue r and the
 // queues RecordQueue added (with no count yet) may still use it, each
-// with its count of markers now.
+// with its count of markers now: but those the pool forgot (released,
+// their commands finished).
 func (c *core) recordUses(b *block, r *qstate) {
+	b.Uses = slices.DeleteFunc(b.Uses, func(u policy.Use) bool { return c.queues[u.Queue-1] == nil })
 	for i := range b.Uses {
 		b.Uses[i].Seq = c.queues[b.Uses[i].Queue-1].seq.Load()
 	}
-	if r.id != 0 {
+	if r.id != 0 && !r.c.gone {
 		b.Uses = append(b.Uses, policy.Use{Queue: r.id, Seq: r.seq.Load()})
 	}
 }
@@ -351,6 +356,7 @@ func (c *core) recordUses(b *block, r *qstate) {
 // the sub-buffers of ranges that change (policy.Arena.SetParking).
 func (k *core) init(c config, align, maxAlloc, limit int64, park bool) {
 	k.limit, k.maxAlloc = limit, maxAlloc
+	k.queueOf, k.forgetAt = map[*cl.CommandQueue]*qstate{}, forgetMin
 	k.l.s = Stats{Policy: "bins", LeadingBits: c.leadingBits, MaxSplitSize: c.maxSplit, Limit: limit, Holding: true}
 	if c.arena {
 		k.align = align

@@ -130,7 +130,10 @@
 // the host for that queue's marker, and other ordering is the caller's.
 // Stats.Queues has each queue's figures, under the name On's QueueName
 // gives the queue, if any; QueueAllocator.FreeHeld frees what only one
-// queue may still use.
+// queue may still use. A queue may be released before the pool: its
+// commands finished, nothing waits for it, and the pool forgets it as
+// more queues come (see PooledBuffer.RecordQueue), so a queue per task
+// costs the pool a line of Stats.Queues, not a queue's state.
 //
 // # Several devices
 //

@@ -46,3 +46,14 @@ func SetParking(p *Pool, on bool) {
 	p.arenas.SetParking(on)
 	p.releaseStale()
 }
+
+// QueueStates returns how many queue states p keeps (forgotten ones not
+// counted), and ForgetMin the fewest at which it forgets released ones.
+func QueueStates(p *Pool) int {
+	p.lock()
+	defer p.mu.Unlock()
+	return len(p.queueOf)
+}
+
+// ForgetMin is forgetMin, for the tests.
+const ForgetMin = forgetMin

@@ -3,6 +3,8 @@ package mempool
 import (
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
@@ -27,8 +29,8 @@ type QueueAllocator struct {
 // back on q are reused on q with no OpenCL call (q in order); a block
 // last used on another queue is handed over after the commands that may
 // still use it (see the package doc). q must be of the pool's context;
-// the pool does not retain it: keep it until the pool is closed. On a
-// closed pool, On of a queue the pool does not know registers nothing:
+// the pool does not retain it. q may be released before the pool (see
+// RecordQueue); On of a released queue is an error. On a closed pool, On of a queue the pool does not know registers nothing:
 // its allocator's Allocate returns ErrPoolClosed, as the pool's does.
 //
 // QueueName names q, for the queue's figures (QueueStats.Name) and the
@@ -100,36 +102,108 @@ func (a *QueueAllocator) FreeHeld() error {
 
 // queueState returns the state of q, made at its first use: for On
 // (forOn), only while the pool is open (else ErrPoolClosed, and q is not
-// registered).
+// registered). A released queue gets no state: On's is an error, and
+// RecordQueue's nil (nothing is left to wait for). Each time the states
+// double since the last time, the pool first forgets the queues their
+// owners released (forgetReleased).
 func (p *Pool) queueState(q *cl.CommandQueue, forOn bool) (*qstate, error) {
 	if q == nil {
 		return nil, fmt.Errorf("mempool: On(nil): %w", cl.ErrInvalidCommandQueue)
+	}
+	if q.Finished() {
+		if forOn {
+			return nil, fmt.Errorf("mempool: On of a released queue: %w", cl.ErrInvalidCommandQueue)
+		}
+		return nil, nil
 	}
 	if ctx := p.context(); ctx != nil && q.Context() != ctx {
 		return nil, ErrQueueMismatch
 	}
 	p.lock()
-	defer p.mu.Unlock()
-	for _, qs := range p.queues {
-		if qs.q == q {
-			return qs, nil
-		}
+	if qs := p.queueOf[q]; qs != nil {
+		p.mu.Unlock()
+		return qs, nil
 	}
 	if p.life == lifeClosed {
 		if forOn {
+			p.mu.Unlock()
 			return nil, ErrPoolClosed // a closed pool takes no new queue
 		}
 		// RecordQueue on a buffer still open: its Close still orders the
 		// free after q's commands, but the queue keeps no marker, as Close
 		// made the others keep none.
 	}
+	due := len(p.queueOf) >= p.forgetAt
+	if due {
+		p.forgetAt = math.MaxInt // one goroutine forgets at a time
+		p.mu.Unlock()
+		p.forgetReleased()
+		p.lock()
+		if qs := p.queueOf[q]; qs != nil { // another goroutine registered q meanwhile
+			p.mu.Unlock()
+			return qs, nil
+		}
+	}
 	qs := newQstate(q, int32(len(p.queues)+1), p.arena)
 	qs.closed = p.life == lifeClosed
 	p.queues = append(p.queues, qs)
+	p.queueOf[q] = qs
 	caches := append(*p.caches.Load(), qs) // a new array: readers keep theirs
 	p.caches.Store(&caches)
 	p.l.s.Queues = append(p.l.s.Queues, QueueStats{Queue: q})
+	if due {
+		p.forgetAt = max(forgetMin, 2*len(p.queueOf))
+	}
+	p.mu.Unlock()
 	return qs, nil
+}
+
+// forgetMin is the fewest queue states at which the pool forgets the
+// released queues among them (see forgetReleased).
+const forgetMin = 16
+
+// forgetReleased forgets the queues their owners released (but the
+// allocator's): a released queue has finished its commands, so no
+// request waits for it. Each one's cache goes back to the policy (the
+// segments it empties freed), its marker is released, and its state
+// leaves the pool, but for its line of Stats.Queues and its id, which
+// are never reused: a block that names it in its uses waits for nothing.
+// A buffer still open on such a queue goes back to the policy, not to
+// the queue's cache, when closed. p.mu must not be held; it takes each
+// queue's cache lock, then p.mu, in the lock order.
+func (p *Pool) forgetReleased() {
+	p.lock()
+	states := append([]*qstate(nil), p.queues...)
+	p.mu.Unlock()
+	for _, qs := range states { // a copy: finite
+		if qs == nil || qs == p.defq || !qs.q.Finished() {
+			continue
+		}
+		qs.c.mu.Lock()
+		p.lock()
+		if qs.c.gone {
+			p.mu.Unlock()
+			qs.c.mu.Unlock()
+			continue
+		}
+		p.flushCaches(qs)
+		qs.c.gone = true // before uncacheLocked, which then records no use of qs
+		var gone []*segment
+		for _, cb := range qs.c.blocks {
+			gone = p.uncacheLocked(gone, qs, cb.block)
+		}
+		clear(qs.c.blocks)
+		qs.c.blocks, qs.c.bytes, qs.c.big = qs.c.blocks[:0], 0, 0
+		p.forget(gone...)
+		p.queues[qs.id-1] = nil
+		delete(p.queueOf, qs.q)
+		caches := slices.DeleteFunc(slices.Clone(p.cacheList()), func(c *qstate) bool { return c == qs })
+		p.caches.Store(&caches)
+		p.mu.Unlock()
+		qs.c.mu.Unlock()
+		_ = p.freeSegments(gone) // counted, as a drain's frees are
+		_ = qs.release()         // its marker, seen complete or not: the queue finished
+	}
 }
 
 // context returns the context of the pool's allocator, if it (or an
@@ -144,11 +218,13 @@ func (p *Pool) context() *cl.Context { return allocator.ContextOf(p.src.outer())
 // that finds a Release of q under way waits for it to return
 // (CommandQueue.Finished). A Release that begins during the pool's own
 // call on q (a marker) races that call, as any Release during a call on
-// the queue does (see package cl). The pool keeps the state of every
-// queue it has seen, released or not, until it is closed (a few KiB
-// each, and a line of Stats.Queues): a program that makes a queue
-// per task should not record each one with a long-lived pool. After
-// Close it returns ErrClosed.
+// the queue does (see package cl). The pool forgets a released queue
+// once the queues it knows have doubled since it last looked: it gives
+// the queue's cache back, releases its marker and drops its state (a
+// few KiB), keeping only its line of Stats.Queues (with the queue's
+// handle, about 170 bytes). So a program that makes a queue per task
+// and releases it after does not slow the pool down. RecordQueue of a
+// released queue does nothing. After Close it returns ErrClosed.
 func (b *PooledBuffer) RecordQueue(q *cl.CommandQueue) error {
 	if b == nil {
 		return fmt.Errorf("mempool: RecordQueue on a nil PooledBuffer: %w", ErrClosed)
@@ -161,7 +237,7 @@ func (b *PooledBuffer) RecordQueue(q *cl.CommandQueue) error {
 		return ErrClosed // before queueState, which would register q
 	}
 	qs, err := p.queueState(q, false)
-	if err != nil {
+	if err != nil || qs == nil { // nil: q was released, its commands finished
 		return err
 	}
 	// A Close may be putting the block in b.q's cache, which reads

@@ -132,7 +132,9 @@ func newPool(call string, src source, opts []Option) (*Pool, error) {
 	p.defq = p.host
 	p.caches.Store(&[]*qstate{p.host})
 	if q := allocator.QueueOf(src.outer()); q != nil {
-		p.defq, _ = p.queueState(q, false)
+		if qs, _ := p.queueState(q, false); qs != nil { // nil: q was released
+			p.defq = qs
+		}
 	}
 	return p, nil
 }
@@ -202,6 +204,9 @@ func (p *Pool) Close() error {
 	}
 	errs = append(errs, p.StopHolding())
 	for _, qs := range queues {
+		if qs == nil {
+			continue // forgotten: released already
+		}
 		errs = append(errs, qs.release())
 	}
 	if p.san != nil {

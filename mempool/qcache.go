@@ -78,6 +78,9 @@ type qcache struct {
 
 	lastSize, lastN int64  // the last request's size and its block size
 	d               qdelta // operations not yet in the ledger
+	// gone is set when the pool forgets the queue (forgetReleased):
+	// the cache takes no block again. Set with p.mu held too.
+	gone bool
 
 	// ever is set at the first block put here, and never cleared:
 	// flushCaches tries the locks of those caches only.
@@ -193,7 +196,7 @@ func (p *Pool) allocateCached(size int64, r *qstate, pb *PooledBuffer) (got *Poo
 func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 	r, b := pb.q, pb.blk
 	c := &r.c
-	if p.cacheState.Load() != cachesOn || r.ooo || !b.Seg.Small || b.Size > cacheMaxBlock || b.Seg.Oversize || b.Seg.Exact ||
+	if p.cacheState.Load() != cachesOn || r.ooo || c.gone || !b.Seg.Small || b.Size > cacheMaxBlock || b.Seg.Oversize || b.Seg.Exact ||
 		len(b.Uses) != 0 || p.hooks.Load() != nil {
 		return false // len(b.Uses): RecordQueue adds to it under c.mu
 	}
@@ -313,10 +316,11 @@ func (p *Pool) drain() (moved bool, err error) {
 // and appends to gone the segment the policy gives up, if any (none
 // today: cached blocks are never exact-size). b records qs's use now, not
 // at its Close: a marker started after now follows the Close too, so
-// ordering stays right, at the price, at most, of a newer marker. p.mu
-// must be held, and qs.c.mu, with qs's sums flushed.
+// ordering stays right, at the price, at most, of a newer marker (none
+// for a queue the pool forgets: it finished). p.mu must be held, and
+// qs.c.mu, with qs's sums flushed.
 func (p *Pool) uncacheLocked(gone []*segment, qs *qstate, b *block) []*segment {
-	if qs.id != 0 {
+	if qs.id != 0 && !qs.c.gone {
 		b.Uses = append(b.Uses, policy.Use{Queue: qs.id, Seq: qs.seq.Load()})
 	}
 	p.l.uncache(b, qs)

@@ -100,6 +100,9 @@ func (p *Pool) order(uses []policy.Use, r *qstate) ([]fenced, error) {
 	}
 	if r != nil && len(uses) == 1 {
 		f := fenced{from: p.queueByID(uses[0].Queue)}
+		if f.from == nil {
+			return fs, nil
+		}
 		var err error
 		f.ready, f.marked, err = f.from.fence(uses[0].Seq, r)
 		if err != nil {
@@ -112,6 +115,9 @@ func (p *Pool) order(uses []policy.Use, r *qstate) ([]fenced, error) {
 	var waitAt []int
 	for _, u := range uses {
 		f := fenced{from: p.queueByID(u.Queue)}
+		if f.from == nil {
+			continue
+		}
 		m, marked, err := f.from.retainMarker(u.Seq)
 		f.marked = marked
 		if err != nil {
@@ -209,6 +215,8 @@ type fenced struct {
 	marked int64
 }
 
+// queueByID returns the state of queue id, or nil if the pool forgot it
+// (released: nothing is left to wait for).
 func (p *Pool) queueByID(id int32) *qstate {
 	p.lock()
 	defer p.mu.Unlock()

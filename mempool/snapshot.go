@@ -209,7 +209,8 @@ func noteBlock(b *block, size int64, r *qstate, pb *PooledBuffer) {
 func (p *Pool) lockCaches() ([]*qstate, map[*block]bool) {
 	p.inspecting.Add(1)
 	for try := 0; ; try++ {
-		qs := p.cacheList()
+		list := p.caches.Load()
+		qs := *list
 		if try < lockTries {
 			p.lock()
 			qs = p.cacheList() // not replaced while p.mu is held
@@ -227,8 +228,8 @@ func (p *Pool) lockCaches() ([]*qstate, map[*block]bool) {
 				q.c.mu.Lock()
 			}
 			p.lock()
-			if len(p.cacheList()) != len(qs) {
-				p.releaseCaches(qs) // a queue came meanwhile: lock it too
+			if p.caches.Load() != list {
+				p.releaseCaches(qs) // a queue came or went meanwhile
 				continue
 			}
 		}

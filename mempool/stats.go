@@ -212,7 +212,8 @@ type Stats struct {
 	OversizeSegments    Stat
 
 	// Queues has the figures of each queue the pool has allocated for
-	// (Pool.On, and the allocator's own queue), in order of first use.
+	// (Pool.On, and the allocator's own queue), in order of first use;
+	// a queue released and forgotten (see RecordQueue) keeps its line.
 	Queues []QueueStats
 }
 

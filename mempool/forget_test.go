@@ -1,0 +1,157 @@
+package mempool_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/mempool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// useOnce allocates size bytes on a new queue of f's context, fills them
+// there, gives them back and releases the queue: a task with a queue of
+// its own. It returns the queue, released.
+func useOnce(t *testing.T, f *fixture, size int64) *cl.CommandQueue {
+	t.Helper()
+	q, err := cl.NewCommandQueue(f.q.Context(), f.q.Device(), 0)
+	require.NoError(t, err)
+	b, err := f.pool.On(q).Allocate(size)
+	require.NoError(t, err)
+	ev, err := q.EnqueueFillBuffer(b.Buffer(), []byte{7}, 0, size)
+	require.NoError(t, err)
+	require.NoError(t, ev.Release())
+	require.NoError(t, b.Close())
+	require.NoError(t, q.Release())
+	return q
+}
+
+// A program that makes a queue per task and releases it keeps the pool's
+// queue states bounded: the pool forgets released queues (s35d: it kept
+// every one, a few KiB each, and a miss locked each one's cache). Their
+// cached blocks go back to the policy and are reused; their lines of
+// Stats.Queues stay.
+func TestPoolForgetsReleasedQueues(t *testing.T) {
+	for _, arena := range []bool{false, true} {
+		t.Run(fmt.Sprintf("arena=%v", arena), func(t *testing.T) {
+			f := newFixture(t, nil, policyOptions(arena)...)
+			const tasks = 10 * mempool.ForgetMin
+			for range tasks {
+				useOnce(t, f, 4096)
+				assert.LessOrEqual(t, mempool.QueueStates(f.pool), mempool.ForgetMin+1, "queue states kept")
+			}
+			s := f.pool.Stats()
+			assert.Len(t, s.Queues, tasks+1, "a line per queue, the allocator's too")
+			assert.LessOrEqual(t, s.DeviceAllocs, int64(2), "the tasks reused one block")
+			var requests, cached int64
+			for _, q := range s.Queues {
+				requests += q.Requests
+				cached += q.Cached
+			}
+			assert.Equal(t, int64(tasks), requests)
+			assert.LessOrEqual(t, cached, int64(mempool.ForgetMin), "forgotten queues cache nothing")
+			b, err := f.pool.Allocate(4096)
+			require.NoError(t, err)
+			require.NoError(t, b.Close())
+		})
+	}
+}
+
+// A buffer allocated on a queue the pool forgot, closed after, goes back
+// to the policy and serves a request on another queue with nothing to
+// wait for; RecordQueue of a released queue records nothing, and On of
+// one is an error.
+func TestBufferOfAForgottenQueue(t *testing.T) {
+	for _, arena := range []bool{false, true} {
+		t.Run(fmt.Sprintf("arena=%v", arena), func(t *testing.T) {
+			f := newFixture(t, nil, policyOptions(arena)...)
+			q, err := cl.NewCommandQueue(f.q.Context(), f.q.Device(), 0)
+			require.NoError(t, err)
+			b, err := f.pool.On(q).Allocate(4096)
+			require.NoError(t, err)
+			other, err := f.pool.Allocate(4096)
+			require.NoError(t, err)
+			require.NoError(t, q.Release())
+			for range mempool.ForgetMin + 1 {
+				useOnce(t, f, 1<<16)
+			}
+			require.LessOrEqual(t, mempool.QueueStates(f.pool), mempool.ForgetMin+1)
+			lines := len(f.pool.Stats().Queues)
+			require.NoError(t, other.RecordQueue(q), "a released queue: nothing to record")
+			assert.Len(t, f.pool.Stats().Queues, lines, "RecordQueue of a released queue registers nothing")
+			_, err = f.pool.On(q).Allocate(4096)
+			assert.ErrorIs(t, err, cl.ErrInvalidCommandQueue, "On of a released queue")
+			require.NoError(t, b.Close())
+			require.NoError(t, other.Close())
+			before := f.pool.Stats()
+			again, err := f.pool.Allocate(4096)
+			require.NoError(t, err)
+			after := f.pool.Stats()
+			assert.Equal(t, before.DeviceAllocs, after.DeviceAllocs, "served from what the pool holds")
+			assert.Equal(t, before.Queues[0].Barriers, after.Queues[0].Barriers, "no barrier for a forgotten queue")
+			require.NoError(t, again.Close())
+		})
+	}
+}
+
+// Goroutines that each make, use and release queues, beside others
+// allocating on the pool's queue and reading Stats and Snapshot: nothing
+// hangs or races (-race), and every device allocation is freed once (the
+// fixture's check).
+func TestForgettingQueuesConcurrently(t *testing.T) {
+	for _, arena := range []bool{false, true} {
+		t.Run(fmt.Sprintf("arena=%v", arena), func(t *testing.T) {
+			f := newFixture(t, nil, policyOptions(arena)...)
+			var wg sync.WaitGroup
+			errs := make(chan error, 64)
+			for g := range 3 {
+				wg.Go(func() {
+					for i := range 3 * mempool.ForgetMin {
+						q, err := cl.NewCommandQueue(f.q.Context(), f.q.Device(), 0)
+						if err != nil {
+							errs <- err
+							return
+						}
+						b, err := f.pool.On(q).Allocate(int64(512 << ((g + i) % 6)))
+						if err == nil {
+							err = b.Close()
+						}
+						if rerr := q.Release(); err == nil {
+							err = rerr
+						}
+						if err != nil {
+							errs <- err
+							return
+						}
+					}
+				})
+			}
+			wg.Go(func() {
+				for i := range 200 {
+					b, err := f.pool.Allocate(int64(512 << (i % 6)))
+					if err == nil {
+						err = b.Close()
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+					if i%20 == 0 {
+						_ = f.pool.Stats()
+						_ = f.pool.Snapshot()
+					}
+				}
+			})
+			ok := within(t, "tasks on queues of their own", wg.Wait)
+			require.True(t, ok)
+			close(errs)
+			for err := range errs {
+				assert.NoError(t, err)
+			}
+			assert.LessOrEqual(t, mempool.QueueStates(f.pool), 3+mempool.ForgetMin+1)
+			require.NoError(t, mempool.CheckBlockCounts(f.pool))
+		})
+	}
+}
