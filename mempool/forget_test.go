@@ -155,3 +155,22 @@ func TestForgettingQueuesConcurrently(t *testing.T) {
 		})
 	}
 }
+
+// Two goroutines asking for one new queue's allocator at once, each time
+// the pool is due to forget: the one that forgets may find the other
+// registered the queue meanwhile, and the pool still forgets after (it
+// once stopped forgetting for good then).
+func TestForgettingWhileAnotherRegistersTheQueue(t *testing.T) {
+	f := newFixture(t, nil)
+	for range 30 * mempool.ForgetMin {
+		q, err := cl.NewCommandQueue(f.q.Context(), f.q.Device(), 0)
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() { f.pool.On(q) })
+		}
+		wg.Wait()
+		require.NoError(t, q.Release())
+	}
+	assert.LessOrEqual(t, mempool.QueueStates(f.pool), mempool.ForgetMin+1, "queue states kept")
+}

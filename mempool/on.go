@@ -133,12 +133,12 @@ func (p *Pool) queueState(q *cl.CommandQueue, forOn bool) (*qstate, error) {
 		// free after q's commands, but the queue keeps no marker, as Close
 		// made the others keep none.
 	}
-	due := len(p.queueOf) >= p.forgetAt
-	if due {
+	if len(p.queueOf) >= p.forgetAt {
 		p.forgetAt = math.MaxInt // one goroutine forgets at a time
 		p.mu.Unlock()
 		p.forgetReleased()
 		p.lock()
+		p.forgetAt = max(forgetMin, 2*(len(p.queueOf)+1))
 		if qs := p.queueOf[q]; qs != nil { // another goroutine registered q meanwhile
 			p.mu.Unlock()
 			return qs, nil
@@ -151,9 +151,6 @@ func (p *Pool) queueState(q *cl.CommandQueue, forOn bool) (*qstate, error) {
 	caches := append(*p.caches.Load(), qs) // a new array: readers keep theirs
 	p.caches.Store(&caches)
 	p.l.s.Queues = append(p.l.s.Queues, QueueStats{Queue: q})
-	if due {
-		p.forgetAt = max(forgetMin, 2*len(p.queueOf))
-	}
 	p.mu.Unlock()
 	return qs, nil
 }
