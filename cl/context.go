@@ -148,9 +148,9 @@ type CommandQueue struct {
 	props       QueueProperties
 	ownsContext bool // made by DefaultQueue: Release releases the context too
 	released    atomic.Bool
-	finished    atomic.Bool // Release finished the queue's commands (see Finished)
-	releasing   sync.Mutex  // held by Release while it runs, for Finished to wait on
-	barrierMu   sync.Mutex  // out of order: keeps a barrier's marker and the barrier on it together (EnqueueBarrier)
+	finished    atomic.Bool  // Release finished the queue's commands (see Finished)
+	releasing   sync.RWMutex // held by Release while it runs, for Finished to wait on; read-held by Hold
+	barrierMu   sync.Mutex   // out of order: keeps a barrier's marker and the barrier on it together (EnqueueBarrier)
 }
 
 // NewCommandQueue makes a queue on dev, which must be one of ctx's devices
@@ -261,13 +261,14 @@ func (q *CommandQueue) Flush() error {
 
 // Release waits for the queue's commands (clReleaseCommandQueue flushes and
 // the runtime finishes them) and releases it, and its context if the queue
-// came from DefaultQueue. It is idempotent: later calls return nil. A nil
-// queue returns an error matching ErrInvalidCommandQueue.
+// came from DefaultQueue, once every Hold of it has ended. It is
+// idempotent: later calls return nil. A nil queue returns an error
+// matching ErrInvalidCommandQueue.
 func (q *CommandQueue) Release() error {
 	if q == nil {
 		return misuse("clReleaseCommandQueue", ErrInvalidCommandQueue, "queue is nil")
 	}
-	q.releasing.Lock() // before the flag: Finished, seeing it, waits for the rest
+	q.releasing.Lock() // before the flag: Finished, seeing it, waits for the rest; after every Hold
 	defer q.releasing.Unlock()
 	if !q.released.CompareAndSwap(false, true) {
 		return nil
@@ -305,10 +306,43 @@ func (q *CommandQueue) Finished() bool {
 	if q == nil || !q.released.Load() {
 		return false
 	}
-	q.releasing.Lock()
-	q.releasing.Unlock() // an empty hold: it waits for a Release under way
+	q.releasing.RLock()
+	q.releasing.RUnlock() // an empty hold: it waits for a Release under way
 	return q.finished.Load()
 }
+
+// FinishedNoWait is Finished without the wait: false while a Release is
+// under way.
+func (q *CommandQueue) FinishedNoWait() bool {
+	if q == nil || !q.released.Load() || !q.releasing.TryRLock() {
+		return false
+	}
+	q.releasing.RUnlock()
+	return q.finished.Load()
+}
+
+// Hold keeps Release from beginning until Unhold, so that calls on the
+// queue in between do not race a Release on another goroutine (the data
+// race the package doc warns of). It reports false, holding nothing, if
+// Release has begun: it waits for a Release under way first, so that
+// Finished then answers at once. Many goroutines may hold a queue at
+// once; a Release waits for each to Unhold, and a Hold that comes while
+// a Release waits, waits for it. A holder must not call Release, nor
+// Hold again. False for a nil queue.
+func (q *CommandQueue) Hold() bool {
+	if q == nil {
+		return false
+	}
+	q.releasing.RLock()
+	if q.released.Load() {
+		q.releasing.RUnlock()
+		return false
+	}
+	return true
+}
+
+// Unhold ends a Hold that returned true.
+func (q *CommandQueue) Unhold() { q.releasing.RUnlock() }
 
 func (q *CommandQueue) handle(call string) (C.cl_command_queue, error) {
 	if q == nil || q.released.Load() {

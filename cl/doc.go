@@ -29,7 +29,9 @@
 // pool (package mempool). The check is made before the call, without a
 // lock: releasing an object while another goroutine uses it is a data race
 // on it, which no check makes safe (Oclgrind crashes when a buffer is
-// released during its unmap).
+// released during its unmap). A queue is the exception: CommandQueue.Hold
+// keeps its Release waiting while a goroutine that does not own it calls
+// on it (as package mempool does, for the markers that order reuse).
 //
 // # Concurrency
 //

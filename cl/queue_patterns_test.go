@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
@@ -150,4 +151,35 @@ func TestQueueFinishedAfterRelease(t *testing.T) {
 	assert.Equal(t, cl.Complete, s, "Release finished the command")
 	require.NoError(t, ev.Release())
 	assert.False(t, (*cl.CommandQueue)(nil).Finished())
+}
+
+// A Release waits for every Hold of its queue to end, so that calls made
+// under a Hold never race it; Hold is false once Release has begun, and
+// FinishedNoWait answers without waiting for a Release under way.
+func TestQueueHoldKeepsReleaseOff(t *testing.T) {
+	q := cltest.Queue(t)
+	q2, err := cl.NewCommandQueue(q.Context(), q.Device(), 0)
+	require.NoError(t, err)
+	require.True(t, q2.Hold())
+	require.True(t, q2.Hold(), "holds are shared")
+	released := make(chan error, 1)
+	go func() { released <- q2.Release() }()
+	select {
+	case <-released:
+		t.Fatal("Release ran while the queue was held")
+	case <-time.After(100 * time.Millisecond):
+	}
+	assert.False(t, q2.FinishedNoWait(), "a Release under way")
+	ev, err := q2.EnqueueMarker()
+	require.NoError(t, err, "a call under a Hold, with a Release waiting")
+	require.NoError(t, ev.Release())
+	q2.Unhold()
+	q2.Unhold()
+	require.NoError(t, <-released)
+	assert.False(t, q2.Hold(), "released")
+	assert.True(t, q2.FinishedNoWait())
+	assert.True(t, q2.Finished())
+	var nilq *cl.CommandQueue
+	assert.False(t, nilq.Hold())
+	assert.False(t, nilq.FinishedNoWait())
 }

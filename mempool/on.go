@@ -166,16 +166,21 @@ const forgetMin = 16
 // leaves the pool, but for its line of Stats.Queues and its id, which
 // are never reused: a block that names it in its uses waits for nothing.
 // A buffer still open on such a queue goes back to the policy, not to
-// the queue's cache, when closed. p.mu must not be held; it takes each
-// queue's cache lock, then p.mu, in the lock order.
+// the queue's cache, when closed. It costs a look at each queue the pool
+// knows. p.mu must not be held; it takes each queue's cache lock, then
+// p.mu, in the lock order.
 func (p *Pool) forgetReleased() {
 	p.lock()
-	states := append([]*qstate(nil), p.queues...)
+	states := make([]*qstate, 0, len(p.queueOf))
+	for _, qs := range p.queueOf {
+		// A Release under way is not waited for (s36a: an On waited
+		// for another queue's commands): the next pass forgets it.
+		if qs != p.defq && qs.q.FinishedNoWait() {
+			states = append(states, qs)
+		}
+	}
 	p.mu.Unlock()
 	for _, qs := range states { // a copy: finite
-		if qs == nil || qs == p.defq || !qs.q.Finished() {
-			continue
-		}
 		qs.c.mu.Lock()
 		p.lock()
 		if qs.c.gone {
@@ -213,14 +218,14 @@ func (p *Pool) context() *cl.Context { return allocator.ContextOf(p.src.outer())
 // pool's context. It may be released before the pool: cl's Release
 // finishes its commands, after which nothing waits for q, and a request
 // that finds a Release of q under way waits for it to return
-// (CommandQueue.Finished). A Release that begins during the pool's own
-// call on q (a marker) races that call, as any Release during a call on
-// the queue does (see package cl). The pool forgets a released queue
-// once the queues it knows have doubled since it last looked: it gives
-// the queue's cache back, releases its marker and drops its state (a
-// few KiB), keeping only its line of Stats.Queues (with the queue's
-// handle, about 170 bytes). So a program that makes a queue per task
-// and releases it after does not slow the pool down. RecordQueue of a
+// (CommandQueue.Finished). The pool holds q while it calls on it (a
+// marker: CommandQueue.Hold), so a Release on another goroutine at any
+// time waits for that call rather than racing it. The pool forgets a
+// released queue once the queues it knows have doubled since it last
+// looked: it gives the queue's cache back, releases its marker and drops
+// its state (a few KiB), keeping only its line of Stats.Queues (with the
+// queue's handle, about 170 bytes). So a program that makes a queue per
+// task and releases it after does not slow the pool down. RecordQueue of a
 // released queue does nothing. After Close it returns ErrClosed.
 func (b *PooledBuffer) RecordQueue(q *cl.CommandQueue) error {
 	if b == nil {

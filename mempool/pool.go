@@ -3,6 +3,7 @@ package mempool
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -195,8 +196,8 @@ func (p *Pool) StopHolding() error {
 func (p *Pool) Close() error {
 	p.stopCaching()
 	p.lock()
-	p.life = lifeClosed // no Allocate is served from now on
-	queues := p.queues
+	p.life = lifeClosed              // no Allocate is served from now on
+	queues := slices.Clone(p.queues) // forgetReleased writes p.queues' entries
 	p.mu.Unlock()
 	var errs []error
 	if p.san != nil {

@@ -269,12 +269,20 @@ func (qs *qstate) retainMarker(seq uint64) (m *cl.Event, marked int64, err error
 // sets qs.done if it is seen complete. A queue its owner released (an
 // array's, which RecordQueue noted) has finished its commands: qs.done,
 // with no marker to enqueue (s35b: every later request for the block
-// failed). qs.mu must be held.
+// failed). The queue is held (cl's Hold) while the pool calls on it, so
+// that its owner's Release, which may come at any time (a queue per
+// task), waits for those calls rather than racing them (s36a: requests
+// failed on a queue released under them, and POCL aborted). qs.mu must be
+// held.
 func (qs *qstate) mark(seq uint64) (marked int64, err error) {
-	if qs.q.Finished() {
-		qs.done = true
-		return 0, nil
+	if !qs.q.Hold() {
+		if qs.q.Finished() {
+			qs.done = true
+			return 0, nil
+		}
+		return 0, fmt.Errorf("mempool: ordering after the commands that may use a block: its queue was released, and did not finish them: %w", cl.ErrInvalidCommandQueue)
 	}
+	defer qs.q.Unhold()
 	if qs.marker == nil || qs.markerSeq <= seq {
 		n := qs.seq.Add(1) // before the enqueue: see seq
 		m, err := qs.q.EnqueueMarker()

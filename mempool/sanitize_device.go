@@ -14,9 +14,11 @@ import (
 // context, the fill and the check kernel, and reading the checks back.
 
 // queueOf returns the queue sb's fills and checks go on: its own, or the
-// sanitizer's for a block of no queue.
+// sanitizer's for a block of no queue, or of a queue released (which
+// finished its commands: s36a, the check failed on the released queue and
+// missed a write past the block).
 func (s *sanitizer) queueOf(sb *sanBlock, res *sanRes) *qstate {
-	if sb.q.q != nil {
+	if sb.q.q != nil && !sb.q.q.Finished() {
 		return sb.q
 	}
 	return res.own

@@ -27,9 +27,11 @@ type NewAllocFunc func(q *cl.CommandQueue) (allocator.Allocator, error)
 // one of its queues, with the Set's options; each pool has its own lock,
 // limit and statistics. A Set is safe for concurrent use.
 //
-// Every queue a Set is asked on must stay unreleased until the Set is
-// closed, as Pool.On asks: the first queue of a context is also where its
-// pool's allocator probes new buffers (allocator.Immediate).
+// The first queue a Set is asked on for a context must stay unreleased
+// until the Set is closed: it is the queue of that context's pool's
+// allocator, which probes new buffers there (allocator.Immediate). Other
+// queues may be released before, as with Pool.On (see
+// PooledBuffer.RecordQueue).
 //
 // # Several devices
 //
