@@ -174,3 +174,23 @@ func TestForgettingWhileAnotherRegistersTheQueue(t *testing.T) {
 	}
 	assert.LessOrEqual(t, mempool.QueueStates(f.pool), mempool.ForgetMin+1, "queue states kept")
 }
+
+// An allocator of a queue released since On is an error, forgotten or
+// not (s36a: it handed out blocks for the released queue).
+func TestAllocatorOfAReleasedQueue(t *testing.T) {
+	f := newFixture(t, nil)
+	q, err := cl.NewCommandQueue(f.q.Context(), f.q.Device(), 0)
+	require.NoError(t, err)
+	on := f.pool.On(q)
+	b, err := on.Allocate(4096)
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+	require.NoError(t, q.Release())
+	_, err = on.Allocate(4096)
+	assert.ErrorIs(t, err, cl.ErrInvalidCommandQueue, "released")
+	for range mempool.ForgetMin + 1 {
+		useOnce(t, f, 1<<16)
+	}
+	_, err = on.Allocate(4096)
+	assert.ErrorIs(t, err, cl.ErrInvalidCommandQueue, "released and forgotten")
+}

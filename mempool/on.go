@@ -82,10 +82,14 @@ func (a *QueueAllocator) Queue() *cl.CommandQueue {
 }
 
 // Allocate returns a buffer of at least size bytes for use on the
-// allocator's queue; see Pool.Allocate.
+// allocator's queue; see Pool.Allocate. Once the queue is released, it
+// returns an error matching cl.ErrInvalidCommandQueue.
 func (a *QueueAllocator) Allocate(size int64) (*PooledBuffer, error) {
 	if a.err != nil {
 		return nil, a.err
+	}
+	if a.qs.q.FinishedNoWait() {
+		return nil, fmt.Errorf("mempool: Allocate on a released queue: %w", cl.ErrInvalidCommandQueue)
 	}
 	return a.p.allocate(size, a.qs)
 }
