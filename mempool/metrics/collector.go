@@ -110,6 +110,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(infoDesc, prometheus.GaugeValue, 1,
 			device, name, s.Policy, strconv.Itoa(s.LeadingBits))
 		for i, queue := range queueLabels(s.Queues) {
+			if s.Queues[i].Queue.FinishedNoWait() {
+				continue // released: its series go (a queue per task would add series without end)
+			}
 			for _, m := range queueMetrics {
 				kind := m.kind
 				if kind == 0 {

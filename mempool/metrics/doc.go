@@ -61,7 +61,9 @@
 // clpool_queue_ready_total, clpool_queue_barriers_total,
 // clpool_queue_markers_total and clpool_queue_host_waits_total, and the gauge
 // clpool_queue_cached_blocks (held blocks cached in the queue's own
-// cache).
+// cache). A queue's series go once the queue is released (its Release has
+// returned): a program that makes a queue per task does not add series
+// without end, and the other queues keep their labels.
 //
 // Pool.ResetAccumulated sets the totals back to zero; Prometheus takes that
 // as a counter reset, which rate and increase allow for.

@@ -353,3 +353,23 @@ func TestQueueLabelsStayApartWhenATieBreakIsAQueuesName(t *testing.T) {
 	assert.Equal(t, float64(1), got[series("copy")])
 	assert.Equal(t, float64(2), got[series("copy#3#3")], "queue 3")
 }
+
+// A released queue's series go, and the other queues keep their labels: a
+// program that makes a queue per task adds no series without end.
+func TestReleasedQueuesSeriesGo(t *testing.T) {
+	q := cltest.Queue(t)
+	p := pooltest.New(t, q)
+	gone, kept := cltest.SecondQueue(t, q, 0), cltest.SecondQueue(t, q, 0)
+	allocate(t, p.On(gone).Allocate, 100)
+	allocate(t, p.On(kept).Allocate, 100)
+	require.NoError(t, gone.Release())
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics.NewCollector("main", p))
+	got := scrape(t, serve(t, reg))
+	series := func(queue string) string {
+		return fmt.Sprintf(`clpool_queue_requests_total{device=%q,pool="main",queue=%q}`, metrics.DeviceLabel(q.Device()), queue)
+	}
+	assert.Contains(t, got, series("0"), "the allocator's queue")
+	assert.NotContains(t, got, series("1"), "the released queue")
+	assert.Equal(t, float64(1), got[series("2")], "the queue after it keeps its label")
+}
