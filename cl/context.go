@@ -327,8 +327,11 @@ func (q *CommandQueue) FinishedNoWait() bool {
 // Release has begun: it waits for a Release under way first, so that
 // Finished then answers at once. Many goroutines may hold a queue at
 // once; a Release waits for each to Unhold, and a Hold that comes while
-// a Release waits, waits for it. A holder must not call Release, nor
-// Hold again. False for a nil queue.
+// a Release waits, waits for it. So a holder must not call Release, nor
+// Hold again, nor call what may Hold the queue (package mempool holds the
+// queues it enqueues markers on and, with its sanitizer, the queue of a
+// buffer closed): with a Release waiting, either would wait for ever.
+// False for a nil queue.
 func (q *CommandQueue) Hold() bool {
 	if q == nil {
 		return false
@@ -341,7 +344,20 @@ func (q *CommandQueue) Hold() bool {
 	return true
 }
 
-// Unhold ends a Hold that returned true.
+// TryHold is Hold without the wait: it reports false, holding nothing,
+// while a Release is under way too.
+func (q *CommandQueue) TryHold() bool {
+	if q == nil || !q.releasing.TryRLock() {
+		return false
+	}
+	if q.released.Load() {
+		q.releasing.RUnlock()
+		return false
+	}
+	return true
+}
+
+// Unhold ends a Hold (or TryHold) that returned true.
 func (q *CommandQueue) Unhold() { q.releasing.RUnlock() }
 
 func (q *CommandQueue) handle(call string) (C.cl_command_queue, error) {

@@ -160,6 +160,8 @@ func TestQueueHoldKeepsReleaseOff(t *testing.T) {
 	q := cltest.Queue(t)
 	q2, err := cl.NewCommandQueue(q.Context(), q.Device(), 0)
 	require.NoError(t, err)
+	require.True(t, q2.TryHold())
+	q2.Unhold()
 	require.True(t, q2.Hold())
 	require.True(t, q2.Hold(), "holds are shared")
 	released := make(chan error, 1)
@@ -170,6 +172,7 @@ func TestQueueHoldKeepsReleaseOff(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 	assert.False(t, q2.FinishedNoWait(), "a Release under way")
+	assert.False(t, q2.TryHold(), "a Release waits")
 	ev, err := q2.EnqueueMarker()
 	require.NoError(t, err, "a call under a Hold, with a Release waiting")
 	require.NoError(t, ev.Release())
@@ -177,9 +180,11 @@ func TestQueueHoldKeepsReleaseOff(t *testing.T) {
 	q2.Unhold()
 	require.NoError(t, <-released)
 	assert.False(t, q2.Hold(), "released")
+	assert.False(t, q2.TryHold(), "released")
 	assert.True(t, q2.FinishedNoWait())
 	assert.True(t, q2.Finished())
 	var nilq *cl.CommandQueue
 	assert.False(t, nilq.Hold())
+	assert.False(t, nilq.TryHold())
 	assert.False(t, nilq.FinishedNoWait())
 }

@@ -296,7 +296,7 @@ func (p *Pool) blockSize(size int64) int64 { return p.core.blockSize(size) }
 // handOver orders block b, taken for req's queue, after the commands of
 // uses. If that fails, the block goes back to the pool as it was.
 func (p *Pool) handOver(req *request, b *block, uses []policy.Use) error {
-	fs, err := p.order(uses, req.q.orNil())
+	fs, err := p.order(uses, req.q.orNil(), false)
 	p.lock()
 	p.l.handedOver(req.q, fs)
 	p.mu.Unlock()

@@ -114,11 +114,14 @@ func (p *Pool) queueState(q *cl.CommandQueue, forOn bool) (*qstate, error) {
 	if q == nil {
 		return nil, fmt.Errorf("mempool: On(nil): %w", cl.ErrInvalidCommandQueue)
 	}
-	if q.Finished() {
+	released := func() (*qstate, error) {
 		if forOn {
 			return nil, fmt.Errorf("mempool: On of a released queue: %w", cl.ErrInvalidCommandQueue)
 		}
 		return nil, nil
+	}
+	if q.Finished() {
+		return released()
 	}
 	if ctx := p.context(); ctx != nil && q.Context() != ctx {
 		return nil, ErrQueueMismatch
@@ -127,6 +130,10 @@ func (p *Pool) queueState(q *cl.CommandQueue, forOn bool) (*qstate, error) {
 	if qs := p.queueOf[q]; qs != nil {
 		p.mu.Unlock()
 		return qs, nil
+	}
+	if q.FinishedNoWait() { // released since: it may have been forgotten, and is not registered again
+		p.mu.Unlock()
+		return released()
 	}
 	if p.life == lifeClosed {
 		if forOn {
@@ -137,12 +144,15 @@ func (p *Pool) queueState(q *cl.CommandQueue, forOn bool) (*qstate, error) {
 		// free after q's commands, but the queue keeps no marker, as Close
 		// made the others keep none.
 	}
-	if len(p.queueOf) >= p.forgetAt {
+	if n := len(p.queueOf); n >= p.forgetAt {
 		p.forgetAt = math.MaxInt // one goroutine forgets at a time
 		p.mu.Unlock()
-		p.forgetReleased()
+		forgot := p.forgetReleased()
 		p.lock()
-		p.forgetAt = max(forgetMin, 2*(len(p.queueOf)+1))
+		// Twice the states it kept: those registered meanwhile count
+		// towards the next pass at once (s36b: a pass that ran long
+		// while other goroutines made queues set the next one far off).
+		p.forgetAt = max(forgetMin, 2*(n-forgot+1))
 		if qs := p.queueOf[q]; qs != nil { // another goroutine registered q meanwhile
 			p.mu.Unlock()
 			return qs, nil
@@ -172,8 +182,8 @@ const forgetMin = 16
 // A buffer still open on such a queue goes back to the policy, not to
 // the queue's cache, when closed. It costs a look at each queue the pool
 // knows. p.mu must not be held; it takes each queue's cache lock, then
-// p.mu, in the lock order.
-func (p *Pool) forgetReleased() {
+// p.mu, in the lock order. It returns how many queues it forgot.
+func (p *Pool) forgetReleased() (forgot int) {
 	p.lock()
 	states := make([]*qstate, 0, len(p.queueOf))
 	for _, qs := range p.queueOf {
@@ -209,7 +219,9 @@ func (p *Pool) forgetReleased() {
 		qs.c.mu.Unlock()
 		_ = p.freeSegments(gone) // counted, as a drain's frees are
 		_ = qs.release()         // its marker, seen complete or not: the queue finished
+		forgot++
 	}
+	return forgot
 }
 
 // context returns the context of the pool's allocator, if it (or an

@@ -190,7 +190,7 @@ func (p *Pool) waitForUses(seg *segment) error {
 	if len(uses) == 0 {
 		return nil
 	}
-	fs, err := p.order(uses, nil)
+	fs, err := p.order(uses, nil, false)
 	p.lock()
 	p.l.handedOver(p.host, fs)
 	p.mu.Unlock()

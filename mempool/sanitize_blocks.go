@@ -59,7 +59,13 @@ func (s *sanitizer) guard(sb *sanBlock) (own *cl.CommandQueue) {
 	if err != nil {
 		return nil
 	}
-	cq := s.queueOf(sb, res)
+	cq, held, ok := s.tryQueueOf(sb, res)
+	if !ok {
+		return nil // its queue is being released, under the request: no guard
+	}
+	if held {
+		defer cq.q.Unhold()
+	}
 	ev, err := fill(cq, sb.blk, sb.size, sb.blk.Size, guardByte)
 	if err != nil {
 		s.warn(sb, err)
@@ -174,9 +180,12 @@ func (p *Pool) checkAtClose(sb *sanBlock, uses []policy.Use) {
 	if err != nil {
 		return
 	}
-	cq := s.queueOf(sb, res)
+	cq, held := s.holdQueueOf(sb, res)
+	if held {
+		defer cq.q.Unhold()
+	}
 	if len(uses) > 0 {
-		fs, err := p.order(uses, cq)
+		fs, err := p.order(uses, cq, held)
 		p.lock()
 		p.l.marked(fs)
 		if err != nil {

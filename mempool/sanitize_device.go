@@ -13,15 +13,34 @@ import (
 // This file is the sanitizer's device work: its queues and buffers per
 // context, the fill and the check kernel, and reading the checks back.
 
-// queueOf returns the queue sb's fills and checks go on: its own, or the
-// sanitizer's for a block of no queue, or of a queue released (which
-// finished its commands: s36a, the check failed on the released queue and
-// missed a write past the block).
-func (s *sanitizer) queueOf(sb *sanBlock, res *sanRes) *qstate {
-	if sb.q.q != nil && !sb.q.q.Finished() {
-		return sb.q
+// holdQueueOf returns the queue sb's fills and checks go on: its own,
+// held (cl's Hold: held true, for the caller to Unhold once its calls on
+// it are enqueued), so that its owner's Release on another goroutine
+// waits for them (s36b: checks failed on a queue released under them, and
+// writes past blocks went unreported); or the sanitizer's, for a block of
+// no queue or of a queue released (which finished its commands: s36a, a
+// check on the released queue failed). It waits for a Release under way:
+// call it without s.mu.
+func (s *sanitizer) holdQueueOf(sb *sanBlock, res *sanRes) (cq *qstate, held bool) {
+	if sb.q.q != nil && sb.q.q.Hold() {
+		return sb.q, true
 	}
-	return res.own
+	return res.own, false
+}
+
+// tryQueueOf is holdQueueOf without the wait, for calls under s.mu (s36b:
+// an Allocate on another queue waited on s.mu for a task's Release): ok
+// false, holding nothing, while a Release of sb's queue is under way.
+func (s *sanitizer) tryQueueOf(sb *sanBlock, res *sanRes) (cq *qstate, held, ok bool) {
+	switch {
+	case sb.q.q == nil:
+		return res.own, false, true
+	case sb.q.q.TryHold():
+		return sb.q, true, true
+	case sb.q.q.FinishedNoWait():
+		return res.own, false, true
+	}
+	return nil, false, false
 }
 
 // resources returns what the checks need, made at the first call (the
@@ -157,9 +176,10 @@ func (s *sanitizer) harvest(all bool) {
 	flushed := map[*cl.CommandQueue]bool{}
 	for _, b := range full {
 		for _, c := range b.checks {
-			if !flushed[c.q] {
+			if !flushed[c.q] && c.q.TryHold() { // not held: released or being released, which flushes it
 				flushed[c.q] = true
 				_ = c.q.Flush()
+				c.q.Unhold()
 			}
 		}
 	}

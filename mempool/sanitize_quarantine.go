@@ -91,6 +91,15 @@ func (p *Pool) leaveQuarantine(bs []*sanBlock) error {
 		return nil
 	}
 	s := p.san
+	// Each block's queue is held while its check is enqueued (see
+	// holdQueueOf); the holds are taken before s.mu, so that a Release
+	// under way is waited for outside it.
+	held := map[*qstate]bool{}
+	for _, sb := range bs {
+		if _, seen := held[sb.q]; !seen && sb.q.q != nil {
+			held[sb.q] = sb.q.q.Hold()
+		}
+	}
 	var own *cl.CommandQueue
 	s.mu.Lock()
 	for _, sb := range bs {
@@ -98,7 +107,10 @@ func (p *Pool) leaveQuarantine(bs []*sanBlock) error {
 			continue
 		}
 		if !sb.reported && s.res != nil {
-			cq := s.queueOf(sb, s.res)
+			cq := s.res.own // no queue, or released: it finished its commands
+			if held[sb.q] {
+				cq = sb.q
+			}
 			s.check(sb, WriteAfterClose, cq, 0, sb.blk.Size, poisonByte, sb.poison)
 			if cq == s.res.own {
 				own = cq.q
@@ -108,6 +120,11 @@ func (p *Pool) leaveQuarantine(bs []*sanBlock) error {
 		sb.poison = nil
 	}
 	s.mu.Unlock()
+	for q, h := range held {
+		if h {
+			q.q.Unhold() // before any call that may hold it again (freeSegments' waits)
+		}
+	}
 	if own != nil {
 		_ = own.Finish() // the next user, on any queue, comes after the checks
 	}
@@ -149,7 +166,14 @@ func (s *sanitizer) checkQuarantine() {
 	defer s.mu.Unlock()
 	for _, sb := range s.quar {
 		if !sb.leaving && sb.poison != nil && !sb.reported && s.res != nil {
-			s.check(sb, WriteAfterClose, s.queueOf(sb, s.res), 0, sb.blk.Size, poisonByte, sb.poison)
+			// A queue being released is not waited for under s.mu: its
+			// block is checked when it leaves the quarantine.
+			if cq, held, ok := s.tryQueueOf(sb, s.res); ok {
+				s.check(sb, WriteAfterClose, cq, 0, sb.blk.Size, poisonByte, sb.poison)
+				if held {
+					cq.q.Unhold()
+				}
+			}
 		}
 	}
 }
