@@ -314,7 +314,12 @@ func (q *CommandQueue) Finished() bool {
 // FinishedNoWait is Finished without the wait: false while a Release is
 // under way.
 func (q *CommandQueue) FinishedNoWait() bool {
-	if q == nil || !q.released.Load() || !q.releasing.TryRLock() {
+	return q != nil && q.released.Load() && q.releasedNoWait() // small enough to be inlined: a queue not released costs a load
+}
+
+// releasedNoWait is FinishedNoWait's end, for a released queue.
+func (q *CommandQueue) releasedNoWait() bool {
+	if !q.releasing.TryRLock() {
 		return false
 	}
 	q.releasing.RUnlock()
