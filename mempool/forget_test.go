@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/internal/cltest"
 	"github.com/clpool/clpool/mempool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -193,4 +194,52 @@ func TestAllocatorOfAReleasedQueue(t *testing.T) {
 	}
 	_, err = on.Allocate(4096)
 	assert.ErrorIs(t, err, cl.ErrInvalidCommandQueue, "released and forgotten")
+}
+
+// With the sanitizer, two buffers each used on the other's queue are
+// closed on goroutines of their own while both queues' owners release
+// them: each Close orders its queue after the other's (a marker there,
+// held) and checks its block on its own (held). Were a queue held across
+// the other's marker, each Release would wait for a hold whose goroutine
+// waits for the other Release: nothing may hang.
+func TestCrossClosesWhileBothQueuesAreReleased(t *testing.T) {
+	f := newFixture(t, nil, mempool.WithSanitizer(), mempool.WithSanitizerOutput(&syncBuffer{}))
+	n := 64
+	iters := int32(cltest.Size(f.q, 2000, 200000))
+	for range 20 {
+		a, err := cl.NewCommandQueue(f.q.Context(), f.q.Device(), 0)
+		require.NoError(t, err)
+		b, err := cl.NewCommandQueue(f.q.Context(), f.q.Device(), 0)
+		require.NoError(t, err)
+		ka, kb := cltest.SlowReadKernel(t, a), cltest.SlowReadKernel(t, b)
+		out, err := f.q.Context().CreateBuffer(cl.MemReadWrite, int64(8*n))
+		require.NoError(t, err)
+		xa, err := f.pool.On(a).Allocate(int64(4 * n))
+		require.NoError(t, err)
+		xb, err := f.pool.On(b).Allocate(int64(4 * n))
+		require.NoError(t, err)
+		require.NoError(t, xa.RecordQueue(b))
+		require.NoError(t, xb.RecordQueue(a))
+		for _, c := range []struct {
+			k *cl.Kernel
+			q *cl.CommandQueue
+			x *mempool.PooledBuffer
+		}{{ka, a, xa}, {kb, b, xb}, {ka, a, xb}, {kb, b, xa}} {
+			require.NoError(t, c.k.SetArgs(c.x.Buffer(), out, iters))
+			require.NoError(t, c.q.EnqueueKernel(c.k, []int{n}, nil))
+		}
+		require.NoError(t, a.Flush())
+		require.NoError(t, b.Flush())
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for _, fn := range []func() error{xa.Close, xb.Close, a.Release, b.Release} {
+			wg.Go(func() { errs <- fn() })
+		}
+		require.True(t, within(t, "closes and releases of two queues at once", wg.Wait))
+		close(errs)
+		for err := range errs {
+			assert.NoError(t, err)
+		}
+		require.NoError(t, out.Release())
+	}
 }

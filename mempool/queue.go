@@ -91,10 +91,15 @@ func handover(b *block, r *qstate) []policy.Use {
 // released by another goroutine once its lock is dropped, so those
 // markers are retained (a handle of our own) until the barrier is
 // enqueued. A handover that waits for one queue enqueues its barrier
-// under that queue's lock, with no retain. rHeld says that the caller
-// holds r's queue (cl's Hold): a marker on r then takes no hold of its
-// own, which would wait for ever on a Release waiting for the caller's.
-func (p *Pool) order(uses []policy.Use, r *qstate, rHeld bool) ([]fenced, error) {
+// under that queue's lock, with no retain. With holdR, r's queue is held
+// (cl's Hold) around each barrier enqueued there, for a caller that does
+// not own r (the sanitizer, for a buffer closed on another goroutine); if
+// r was released, the error wraps errQueueReleased. The pool holds one
+// queue at a time, and while it holds one waits for no hold, nor for a
+// lock whose holder may wait for one (the sanitizer's s.mu, whose holders
+// only try holds), so that Releases waiting for holds never wait on each
+// other.
+func (p *Pool) order(uses []policy.Use, r *qstate, holdR bool) ([]fenced, error) {
 	uses = latestUses(uses, r)
 	fs := make([]fenced, 0, len(uses))
 	if len(uses) == 0 {
@@ -106,7 +111,7 @@ func (p *Pool) order(uses []policy.Use, r *qstate, rHeld bool) ([]fenced, error)
 			return fs, nil
 		}
 		var err error
-		f.ready, f.marked, err = f.from.fence(uses[0].Seq, r, rHeld && f.from == r)
+		f.ready, f.marked, err = f.from.fence(uses[0].Seq, r, holdR)
 		if err != nil {
 			return fs, err
 		}
@@ -120,7 +125,7 @@ func (p *Pool) order(uses []policy.Use, r *qstate, rHeld bool) ([]fenced, error)
 		if f.from == nil {
 			continue
 		}
-		m, marked, err := f.from.retainMarker(u.Seq, rHeld && f.from == r)
+		m, marked, err := f.from.retainMarker(u.Seq)
 		f.marked = marked
 		if err != nil {
 			errs = append(errs, err)
@@ -135,7 +140,7 @@ func (p *Pool) order(uses []policy.Use, r *qstate, rHeld bool) ([]fenced, error)
 	}
 	failed := make([]bool, len(fs)) // fences whose wait failed: not counted
 	if r != nil && len(wait) > 0 {
-		if err := r.q.EnqueueBarrier(wait...); err != nil {
+		if err := barrier(r, holdR, wait...); err != nil {
 			errs = append(errs, fmt.Errorf("mempool: ordering after the commands that may use a block: %w", err))
 			for _, i := range waitAt {
 				failed[i] = true
@@ -230,34 +235,49 @@ func (p *Pool) queueByID(id int32) *qstate {
 // if a marker started later is complete already; else it enqueues a
 // barrier on r on such a marker, under qs's lock, enqueuing the marker
 // first if there is none (marked 1). For a handover that waits for one
-// queue only: see order. held says that the caller holds qs's queue
-// (see mark).
-func (qs *qstate) fence(seq uint64, r *qstate, held bool) (ready bool, marked int64, err error) {
+// queue only: see order, and for holdR.
+func (qs *qstate) fence(seq uint64, r *qstate, holdR bool) (ready bool, marked int64, err error) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	defer qs.releaseIfClosed() // a handover racing the pool's Close keeps no marker
-	if marked, err = qs.mark(seq, held); err != nil {
+	if marked, err = qs.mark(seq); err != nil {
 		return false, marked, err
 	}
 	if qs.done {
 		return true, marked, nil
 	}
-	if err := r.q.EnqueueBarrier(qs.marker); err != nil {
-		return false, marked, fmt.Errorf("mempool: ordering after the commands that may use a block: %w", err)
+	return false, marked, barrier(r, holdR, qs.marker)
+}
+
+// errQueueReleased is wrapped by order's error, with holdR, when the queue
+// to order was released.
+var errQueueReleased = errors.New("mempool: the queue was released")
+
+// barrier enqueues on r a barrier that waits for events, holding r's
+// queue around it with hold (see order).
+func barrier(r *qstate, hold bool, events ...*cl.Event) error {
+	if hold {
+		if !r.q.Hold() {
+			return fmt.Errorf("mempool: ordering after the commands that may use a block: %w", errQueueReleased)
+		}
+		defer r.q.Unhold()
 	}
-	return false, marked, nil
+	if err := r.q.EnqueueBarrier(events...); err != nil {
+		return fmt.Errorf("mempool: ordering after the commands that may use a block: %w", err)
+	}
+	return nil
 }
 
 // retainMarker returns a handle of its own (the caller releases it) of a
 // marker of qs that covers the commands enqueued before a block was given
 // back when qs had started seq markers, enqueuing the marker first if
 // there is none (marked 1); it returns nil if that marker is complete
-// already. held says that the caller holds qs's queue (see mark).
-func (qs *qstate) retainMarker(seq uint64, held bool) (m *cl.Event, marked int64, err error) {
+// already.
+func (qs *qstate) retainMarker(seq uint64) (m *cl.Event, marked int64, err error) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	defer qs.releaseIfClosed() // a handover racing the pool's Close keeps no marker
-	if marked, err = qs.mark(seq, held); err != nil || qs.done {
+	if marked, err = qs.mark(seq); err != nil || qs.done {
 		return nil, marked, err
 	}
 	if m, err = qs.marker.Retain(); err != nil {
@@ -275,20 +295,17 @@ func (qs *qstate) retainMarker(seq uint64, held bool) (m *cl.Event, marked int64
 // failed). The queue is held (cl's Hold) while the pool calls on it, so
 // that its owner's Release, which may come at any time (a queue per
 // task), waits for those calls rather than racing them (s36a: requests
-// failed on a queue released under them, and POCL aborted), unless held
-// says the caller holds it already. qs.mu must be held.
-func (qs *qstate) mark(seq uint64, held bool) (marked int64, err error) {
-	switch {
-	case held:
-	case !qs.q.Hold():
+// failed on a queue released under them, and POCL aborted). qs.mu must
+// be held.
+func (qs *qstate) mark(seq uint64) (marked int64, err error) {
+	if !qs.q.Hold() {
 		if qs.q.Finished() {
 			qs.done = true
 			return 0, nil
 		}
 		return 0, fmt.Errorf("mempool: ordering after the commands that may use a block: its queue was released, and did not finish them: %w", cl.ErrInvalidCommandQueue)
-	default:
-		defer qs.q.Unhold()
 	}
+	defer qs.q.Unhold()
 	if qs.marker == nil || qs.markerSeq <= seq {
 		n := qs.seq.Add(1) // before the enqueue: see seq
 		m, err := qs.q.EnqueueMarker()

@@ -180,12 +180,15 @@ func (p *Pool) checkAtClose(sb *sanBlock, uses []policy.Use) {
 	if err != nil {
 		return
 	}
-	cq, held := s.holdQueueOf(sb, res)
-	if held {
-		defer cq.q.Unhold()
-	}
+	cq := s.queueOf(sb, res)
 	if len(uses) > 0 {
-		fs, err := p.order(uses, cq, held)
+		fs, err := p.order(uses, cq, cq != res.own)
+		if errors.Is(err, errQueueReleased) { // released since: it finished its commands
+			cq = res.own
+			var more []fenced
+			more, err = p.order(uses, cq, false)
+			fs = append(fs, more...)
+		}
 		p.lock()
 		p.l.marked(fs)
 		if err != nil {
@@ -199,6 +202,16 @@ func (p *Pool) checkAtClose(sb *sanBlock, uses []policy.Use) {
 			s.warn(sb, err)
 			s.mu.Unlock()
 			return
+		}
+	}
+	// sb's queue is held while its check and poison are enqueued and sent
+	// (see queueOf), after the barrier: the pool holds one queue at a
+	// time. Released since, it finished its commands, the barrier too.
+	if cq != res.own {
+		if !cq.q.Hold() {
+			cq = res.own
+		} else {
+			defer cq.q.Unhold()
 		}
 	}
 	s.mu.Lock()

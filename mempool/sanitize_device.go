@@ -13,24 +13,26 @@ import (
 // This file is the sanitizer's device work: its queues and buffers per
 // context, the fill and the check kernel, and reading the checks back.
 
-// holdQueueOf returns the queue sb's fills and checks go on: its own,
-// held (cl's Hold: held true, for the caller to Unhold once its calls on
-// it are enqueued), so that its owner's Release on another goroutine
-// waits for them (s36b: checks failed on a queue released under them, and
-// writes past blocks went unreported); or the sanitizer's, for a block of
-// no queue or of a queue released (which finished its commands: s36a, a
-// check on the released queue failed). It waits for a Release under way:
-// call it without s.mu.
-func (s *sanitizer) holdQueueOf(sb *sanBlock, res *sanRes) (cq *qstate, held bool) {
-	if sb.q.q != nil && sb.q.q.Hold() {
-		return sb.q, true
+// queueOf returns the queue sb's fills and checks go on: its own, or the
+// sanitizer's for a block of no queue or of a queue released (which
+// finished its commands: s36a, a check on the released queue failed). The
+// caller holds sb's queue (cl's Hold) while it calls on it, so that its
+// owner's Release on another goroutine waits for those calls (s36b:
+// checks failed on a queue released under them, and writes past blocks
+// went unreported), one queue at a time, waiting for nothing meanwhile
+// (see Pool.order). It waits for a Release under way: call it without
+// s.mu.
+func (s *sanitizer) queueOf(sb *sanBlock, res *sanRes) *qstate {
+	if sb.q.q != nil && !sb.q.q.Finished() {
+		return sb.q
 	}
-	return res.own, false
+	return res.own
 }
 
-// tryQueueOf is holdQueueOf without the wait, for calls under s.mu (s36b:
-// an Allocate on another queue waited on s.mu for a task's Release): ok
-// false, holding nothing, while a Release of sb's queue is under way.
+// tryQueueOf is queueOf for calls under s.mu, holding the queue it
+// returns if held (s36b: an Allocate on another queue waited on s.mu for
+// a task's Release): ok false, holding nothing, while a Release of sb's
+// queue is under way.
 func (s *sanitizer) tryQueueOf(sb *sanBlock, res *sanRes) (cq *qstate, held, ok bool) {
 	switch {
 	case sb.q.q == nil:

@@ -91,38 +91,29 @@ func (p *Pool) leaveQuarantine(bs []*sanBlock) error {
 		return nil
 	}
 	s := p.san
-	// Each block's queue is held while its check is enqueued (see
-	// holdQueueOf); the holds are taken before s.mu, so that a Release
-	// under way is waited for outside it.
-	held := map[*qstate]bool{}
-	for _, sb := range bs {
-		if _, seen := held[sb.q]; !seen && sb.q.q != nil {
-			held[sb.q] = sb.q.q.Hold()
-		}
-	}
 	var own *cl.CommandQueue
-	s.mu.Lock()
 	for _, sb := range bs {
-		if sb.poison == nil {
-			continue
-		}
-		if !sb.reported && s.res != nil {
-			cq := s.res.own // no queue, or released: it finished its commands
-			if held[sb.q] {
-				cq = sb.q
+		// Its queue is held while its check is enqueued (see queueOf),
+		// taken before s.mu: a Release under way is waited for outside.
+		held := sb.q.q != nil && sb.q.q.Hold()
+		s.mu.Lock()
+		if sb.poison != nil {
+			if !sb.reported && s.res != nil {
+				cq := s.res.own // no queue, or released: it finished its commands
+				if held {
+					cq = sb.q
+				}
+				s.check(sb, WriteAfterClose, cq, 0, sb.blk.Size, poisonByte, sb.poison)
+				if cq == s.res.own {
+					own = cq.q
+				}
 			}
-			s.check(sb, WriteAfterClose, cq, 0, sb.blk.Size, poisonByte, sb.poison)
-			if cq == s.res.own {
-				own = cq.q
-			}
+			_ = sb.poison.Release()
+			sb.poison = nil
 		}
-		_ = sb.poison.Release()
-		sb.poison = nil
-	}
-	s.mu.Unlock()
-	for q, h := range held {
-		if h {
-			q.q.Unhold() // before any call that may hold it again (freeSegments' waits)
+		s.mu.Unlock()
+		if held {
+			sb.q.q.Unhold()
 		}
 	}
 	if own != nil {
