@@ -58,7 +58,11 @@ import (
 // allocator.SVM already asks). The host waits for the sanitizer's own
 // commands on such blocks (the guard's fill, the poison, the check as the
 // block leaves quarantine), since no queue of the user's is ordered after
-// them.
+// them. A block whose queue was released is checked on the sanitizer's
+// queue too (the released queue finished its commands); the sanitizer
+// holds a block's queue (cl's Hold) while it calls on it, so that its
+// owner's Release waits for those calls, one queue at a time, and under
+// s.mu only tries the hold (TryHold).
 //
 // Lock order: a queue cache's lock, then p.mu, then s.mu. The sanitizer
 // never takes p.mu (nor calls the pool) while it holds s.mu; it makes
