@@ -38,6 +38,14 @@ const (
 	// every few rounds, not one per array per round.
 	BigDivisor      = 16
 	HeadroomDivisor = 8
+	// A request of any size past the growth step that outgrew a wholly
+	// free segment (or one just given up) by less than 1/GrowthWindow of
+	// itself gets the headroom too: an array remade a little larger each
+	// step (a state that grows), which random sizes seldom match so
+	// closely. A state of five arrays growing 0.2% a step took 916
+	// device allocations in 3,005, now 295; random-mixed over 48 seeds,
+	// 1.147x its plan both ways.
+	GrowthWindow = 256
 	// OversizeSlack is how much larger than an oversize request a free
 	// oversize segment that serves it may be (torch's kLargeBuffer).
 	OversizeSlack = 20 << 20
@@ -338,7 +346,8 @@ func (p *Arenas[T]) Replacing() bool { return p.pending > 0 }
 // to GrowthUnit, at least one unit, at most the preferred size), or, if
 // the request's block is larger, is
 // that block rounded to OwnUnit, with 1/HeadroomDivisor more if it is a
-// large request that outgrew a wholly free segment. A request over half
+// large request that outgrew a wholly free segment, or any that outgrew
+// one by a little (GrowthWindow). A request over half
 // the preferred size, or oversize, gets a segment of its own, rounded to
 // OwnUnit.
 func (p *Arenas[T]) SegmentSize(size int64) int64 {
@@ -368,7 +377,7 @@ func (p *Arenas[T]) segmentSize(size int64) (int64, bool) {
 	if n <= step {
 		return max(step, p.fillSize(n, held)), false
 	}
-	if n > held/BigDivisor && p.outgrew(n) {
+	if n > held/BigDivisor && p.outgrew(n, 4) || p.outgrew(n, GrowthWindow) {
 		own = roundUp(n+n/HeadroomDivisor, p.own)
 	}
 	return max(own, p.fillSize(own, held)), true
@@ -403,18 +412,18 @@ func (p *Arenas[T]) step() int64 {
 }
 
 // outgrew reports whether a request's block of n bytes is larger than a
-// wholly free segment of at least 3/4 of n, or one that TakeKept (or
-// BeforeGrow) gave up since the last new segment: the pool may call
+// wholly free segment of at least n less n/within, or one that TakeKept
+// (or BeforeGrow) gave up since the last new segment: the pool may call
 // BeforeGrow, drain its queue caches into the policy, and size the
 // segment again, and the segments BeforeGrow freed the first time count.
-func (p *Arenas[T]) outgrew(n int64) bool {
+func (p *Arenas[T]) outgrew(n, within int64) bool {
 	for _, s := range p.a.empty {
-		if !s.Oversize && s.Size < n && s.Size >= n-n/4 {
+		if !s.Oversize && s.Size < n && s.Size >= n-n/within {
 			return true
 		}
 	}
 	for _, size := range p.gone {
-		if size < n && size >= n-n/4 {
+		if size < n && size >= n-n/within {
 			return true
 		}
 	}
