@@ -30,8 +30,9 @@ type QueueAllocator struct {
 // last used on another queue is handed over after the commands that may
 // still use it (see the package doc). q must be of the pool's context;
 // the pool does not retain it. q may be released before the pool (see
-// RecordQueue); On of a released queue is an error. On a closed pool, On of a queue the pool does not know registers nothing:
-// its allocator's Allocate returns ErrPoolClosed, as the pool's does.
+// RecordQueue); On of a released queue is an error. On a closed pool,
+// On of a queue the pool does not know registers nothing: its
+// allocator's Allocate returns ErrPoolClosed, as the pool's does.
 //
 // QueueName names q, for the queue's figures (QueueStats.Name) and the
 // queue label of package metrics:
@@ -107,9 +108,9 @@ func (a *QueueAllocator) FreeHeld() error {
 // queueState returns the state of q, made at its first use: for On
 // (forOn), only while the pool is open (else ErrPoolClosed, and q is not
 // registered). A released queue gets no state: On's is an error, and
-// RecordQueue's nil (nothing is left to wait for). Each time the states
-// double since the last time, the pool first forgets the queues their
-// owners released (forgetReleased).
+// RecordQueue's nil (nothing is left to wait for). Once the states reach
+// twice what the last pass kept (forgetMin at least), the pool first
+// forgets the queues their owners released (forgetReleased).
 func (p *Pool) queueState(q *cl.CommandQueue, forOn bool) (*qstate, error) {
 	if q == nil {
 		return nil, fmt.Errorf("mempool: On(nil): %w", cl.ErrInvalidCommandQueue)
@@ -237,12 +238,12 @@ func (p *Pool) context() *cl.Context { return allocator.ContextOf(p.src.outer())
 // (CommandQueue.Finished). The pool holds q while it calls on it (a
 // marker: CommandQueue.Hold), so a Release on another goroutine at any
 // time waits for that call rather than racing it. The pool forgets a
-// released queue once the queues it knows have doubled since it last
-// looked: it gives the queue's cache back, releases its marker and drops
-// its state (a few KiB), keeping only its line of Stats.Queues (with the
-// queue's handle, about 170 bytes). So a program that makes a queue per
-// task and releases it after does not slow the pool down. RecordQueue of a
-// released queue does nothing. After Close it returns ErrClosed.
+// released queue once the queues it knows reach twice what it kept when it
+// last looked: it gives the queue's cache back, releases its marker and
+// drops its state (a few KiB), keeping only its line of Stats.Queues (with
+// the queue's handle, about 170 bytes). So a program that makes a queue
+// per task and releases it after does not slow the pool down. RecordQueue
+// of a released queue does nothing. After Close it returns ErrClosed.
 func (b *PooledBuffer) RecordQueue(q *cl.CommandQueue) error {
 	if b == nil {
 		return fmt.Errorf("mempool: RecordQueue on a nil PooledBuffer: %w", ErrClosed)
