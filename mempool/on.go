@@ -158,6 +158,10 @@ func (p *Pool) queueState(q *cl.CommandQueue, forOn bool) (*qstate, error) {
 			p.mu.Unlock()
 			return qs, nil
 		}
+		if p.life == lifeClosed && forOn { // closed meanwhile
+			p.mu.Unlock()
+			return nil, ErrPoolClosed
+		}
 	}
 	qs := newQstate(q, int32(len(p.queues)+1), p.arena)
 	qs.closed = p.life == lifeClosed

@@ -105,13 +105,13 @@ func (p *Pool) order(uses []policy.Use, r *qstate, holdR bool) ([]fenced, error)
 	if len(uses) == 0 {
 		return fs, nil
 	}
-	if r != nil && len(uses) == 1 {
+	if r != nil && len(uses) == 1 && !holdR { // with holdR, r is held with no marker's lock held (s36c: a wait for r's Release there stalled every user of that marker)
 		f := fenced{from: p.queueByID(uses[0].Queue)}
 		if f.from == nil {
 			return fs, nil
 		}
 		var err error
-		f.ready, f.marked, err = f.from.fence(uses[0].Seq, r, holdR)
+		f.ready, f.marked, err = f.from.fence(uses[0].Seq, r)
 		if err != nil {
 			return fs, err
 		}
@@ -235,8 +235,8 @@ func (p *Pool) queueByID(id int32) *qstate {
 // if a marker started later is complete already; else it enqueues a
 // barrier on r on such a marker, under qs's lock, enqueuing the marker
 // first if there is none (marked 1). For a handover that waits for one
-// queue only: see order, and for holdR.
-func (qs *qstate) fence(seq uint64, r *qstate, holdR bool) (ready bool, marked int64, err error) {
+// queue only, r not to be held: see order.
+func (qs *qstate) fence(seq uint64, r *qstate) (ready bool, marked int64, err error) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	defer qs.releaseIfClosed() // a handover racing the pool's Close keeps no marker
@@ -246,7 +246,7 @@ func (qs *qstate) fence(seq uint64, r *qstate, holdR bool) (ready bool, marked i
 	if qs.done {
 		return true, marked, nil
 	}
-	return false, marked, barrier(r, holdR, qs.marker)
+	return false, marked, barrier(r, false, qs.marker)
 }
 
 // errQueueReleased is wrapped by order's error, with holdR, when the queue

@@ -237,7 +237,18 @@ func (p *Pool) Findings() []Finding {
 	if s == nil {
 		return nil
 	}
-	s.checkQuarantine()
+	// A block whose queue's Release is under way is checked once the
+	// Release returns (s36c: Findings skipped it), waited for outside
+	// s.mu; a second pass checks those blocks only (one whose Release
+	// failed to finish its queue's commands stays unchecked).
+	if waiting := s.checkQuarantine(nil); len(waiting) > 0 {
+		only := map[*sanBlock]bool{}
+		for _, sb := range waiting {
+			sb.q.q.Finished()
+			only[sb] = true
+		}
+		s.checkQuarantine(only)
+	}
 	s.harvest(true)
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -151,22 +151,27 @@ func (s *sanitizer) done() {
 }
 
 // checkQuarantine enqueues the check of the poison of every block in
-// quarantine, for Findings.
-func (s *sanitizer) checkQuarantine() {
+// quarantine (those of only, if not nil), for Findings. It returns the
+// blocks whose queue's Release is under way, not checked: that is not
+// waited for under s.mu.
+func (s *sanitizer) checkQuarantine(only map[*sanBlock]bool) (waiting []*sanBlock) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, sb := range s.quar {
-		if !sb.leaving && sb.poison != nil && !sb.reported && s.res != nil {
-			// A queue being released is not waited for under s.mu: its
-			// block is checked when it leaves the quarantine.
-			if cq, held, ok := s.tryQueueOf(sb, s.res); ok {
-				s.check(sb, WriteAfterClose, cq, 0, sb.blk.Size, poisonByte, sb.poison)
-				if held {
-					cq.q.Unhold()
-				}
-			}
+		if only != nil && !only[sb] || sb.leaving || sb.poison == nil || sb.reported || s.res == nil {
+			continue
+		}
+		cq, held, ok := s.tryQueueOf(sb, s.res)
+		if !ok {
+			waiting = append(waiting, sb)
+			continue
+		}
+		s.check(sb, WriteAfterClose, cq, 0, sb.blk.Size, poisonByte, sb.poison)
+		if held {
+			cq.q.Unhold()
 		}
 	}
+	return waiting
 }
 
 // quarantined adds the blocks in quarantine to cached, the blocks that
