@@ -105,7 +105,9 @@ func (p *Pool) order(uses []policy.Use, r *qstate, holdR bool) ([]fenced, error)
 	if len(uses) == 0 {
 		return fs, nil
 	}
-	if r != nil && len(uses) == 1 && !holdR { // with holdR, r is held with no marker's lock held (s36c: a wait for r's Release there stalled every user of that marker)
+	// With holdR, r is held with no marker's lock held (s36c: a wait for
+	// r's Release under one stalled every user of that marker).
+	if r != nil && len(uses) == 1 && !holdR {
 		f := fenced{from: p.queueByID(uses[0].Queue)}
 		if f.from == nil {
 			return fs, nil
@@ -141,7 +143,7 @@ func (p *Pool) order(uses []policy.Use, r *qstate, holdR bool) ([]fenced, error)
 	failed := make([]bool, len(fs)) // fences whose wait failed: not counted
 	if r != nil && len(wait) > 0 {
 		if err := barrier(r, holdR, wait...); err != nil {
-			errs = append(errs, fmt.Errorf("mempool: ordering after the commands that may use a block: %w", err))
+			errs = append(errs, err)
 			for _, i := range waitAt {
 				failed[i] = true
 			}
