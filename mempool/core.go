@@ -3,7 +3,6 @@ package mempool
 import (
 	"math"
 	"runtime"
-	"slices"
 
 	"github.com/clpool/clpool/cl"
 
@@ -338,14 +337,16 @@ func (c *core) forget(segs ...*segment) {
 
 // recordUses records, on a block given back, that its queue r and the
 // queues RecordQueue added (with no count yet) may still use it, each
-// with its count of markers now: but those the pool forgot (released,
-// their commands finished).
+// with its count of markers now, but those the pool forgot (released).
 func (c *core) recordUses(b *block, r *qstate) {
-	b.Uses = slices.DeleteFunc(b.Uses, func(u policy.Use) bool { return c.queues[u.Queue-1] == nil })
-	for i := range b.Uses {
-		b.Uses[i].Seq = c.queues[b.Uses[i].Queue-1].seq.Load()
+	kept := b.Uses[:0]
+	for _, u := range b.Uses {
+		if qs := c.queues[u.Queue-1]; qs != nil {
+			u.Seq = qs.seq.Load()
+			kept = append(kept, u)
+		}
 	}
-	if r.id != 0 && !r.c.gone {
+	if b.Uses = kept; r.id != 0 && !r.c.gone {
 		b.Uses = append(b.Uses, policy.Use{Queue: r.id, Seq: r.seq.Load()})
 	}
 }
