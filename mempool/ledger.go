@@ -59,6 +59,7 @@ func (l *ledger) handedOver(r *qstate, fs []fenced) {
 	for _, f := range fs {
 		l.s.Queues[f.from.id-1].Markers += f.marked
 		switch {
+		case f.failed:
 		case f.ready && r.id != 0:
 			l.s.Queues[r.id-1].Ready++
 		case f.ready:

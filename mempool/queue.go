@@ -115,7 +115,8 @@ func (p *Pool) order(uses []policy.Use, r *qstate, holdR bool) ([]fenced, error)
 		var err error
 		f.ready, f.marked, err = f.from.fence(uses[0].Seq, r)
 		if err != nil {
-			return fs, err
+			f.failed = true // its marker still counts
+			return append(fs, f), err
 		}
 		return append(fs, f), nil
 	}
@@ -140,7 +141,7 @@ func (p *Pool) order(uses []policy.Use, r *qstate, holdR bool) ([]fenced, error)
 		}
 		fs = append(fs, f)
 	}
-	failed := make([]bool, len(fs)) // fences whose wait failed: not counted
+	failed := make([]bool, len(fs)) // fences whose wait failed: counted for their markers only
 	if r != nil && len(wait) > 0 {
 		if err := barrier(r, holdR, wait...); err != nil {
 			errs = append(errs, err)
@@ -158,14 +159,8 @@ func (p *Pool) order(uses []policy.Use, r *qstate, holdR bool) ([]fenced, error)
 		}
 		_ = m.Release() // our handle; the queue keeps its own
 	}
-	if len(wait) > 0 {
-		kept := fs[:0]
-		for i, f := range fs {
-			if !failed[i] {
-				kept = append(kept, f)
-			}
-		}
-		fs = kept
+	for i := range fs {
+		fs[i].failed = failed[i] // its markers still count (s36d)
 	}
 	return fs, errors.Join(errs...)
 }
@@ -222,6 +217,7 @@ type fenced struct {
 	from   *qstate
 	ready  bool
 	marked int64
+	failed bool // the wait could not be enqueued: only its markers count
 }
 
 // queueByID returns the state of queue id, or nil if the pool forgot it

@@ -244,7 +244,9 @@ func (p *Pool) Findings() []Finding {
 	if waiting := s.checkQuarantine(nil); len(waiting) > 0 {
 		only := map[*sanBlock]bool{}
 		for _, sb := range waiting {
-			sb.q.q.Finished()
+			if sb.q.q.Hold() { // waits for a Release under way, or waiting for holds (s36d)
+				sb.q.q.Unhold()
+			}
 			only[sb] = true
 		}
 		s.checkQuarantine(only)
