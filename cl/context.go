@@ -312,7 +312,7 @@ func (q *CommandQueue) Finished() bool {
 }
 
 // FinishedNoWait is Finished without the wait: false while a Release is
-// under way.
+// under way (or waits for holds: it has not begun).
 func (q *CommandQueue) FinishedNoWait() bool {
 	return q != nil && q.released.Load() && q.releasedNoWait() // small enough to be inlined: a queue not released costs a load
 }
@@ -350,7 +350,7 @@ func (q *CommandQueue) Hold() bool {
 }
 
 // TryHold is Hold without the wait: it reports false, holding nothing,
-// while a Release is under way too.
+// while a Release is under way or waits for holds too.
 func (q *CommandQueue) TryHold() bool {
 	if q == nil || !q.releasing.TryRLock() {
 		return false
