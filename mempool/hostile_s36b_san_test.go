@@ -41,15 +41,7 @@ func TestHostileS36bSanitizerCloseRacesProducerRelease(t *testing.T) {
 		require.NoError(t, qa.Flush())
 		// The consumer uses it on B.
 		require.NoError(t, b.RecordQueue(qb))
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		var rerr, cerr error
-		wg.Go(func() { <-start; rerr = qa.Release() })
-		wg.Go(func() { <-start; cerr = b.Close() })
-		close(start)
-		wg.Wait()
-		require.NoError(t, rerr)
-		require.NoError(t, cerr)
+		s36bReleaseWhileClosing(t, qa, b)
 		if strings.Contains(out.String(), "cannot check") {
 			t.Logf("failed at iteration %d", i)
 			break
@@ -84,15 +76,7 @@ func TestHostileS36bSanitizerMissesOverflowWhenProducerReleasesDuringClose(t *te
 		require.NoError(t, ev.Release())
 		require.NoError(t, qa.Flush())
 		require.NoError(t, b.RecordQueue(qb))
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		var rerr, cerr error
-		wg.Go(func() { <-start; rerr = qa.Release() })
-		wg.Go(func() { <-start; cerr = b.Close() })
-		close(start)
-		wg.Wait()
-		require.NoError(t, rerr)
-		require.NoError(t, cerr)
+		s36bReleaseWhileClosing(t, qa, b)
 	}
 	found := map[uint64]bool{}
 	for _, g := range f.pool.Findings() {
@@ -122,15 +106,7 @@ func TestHostileS36bSanitizerCloseOnAnotherGoroutineRacesRelease(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, ev.Release())
 		require.NoError(t, qa.Flush())
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		var rerr, cerr error
-		wg.Go(func() { <-start; rerr = qa.Release() })
-		wg.Go(func() { <-start; cerr = b.Close() })
-		close(start)
-		wg.Wait()
-		require.NoError(t, rerr)
-		require.NoError(t, cerr)
+		s36bReleaseWhileClosing(t, qa, b)
 		if strings.Contains(out.String(), "cannot check") {
 			t.Logf("failed at iteration %d", i)
 			break
@@ -140,4 +116,19 @@ func TestHostileS36bSanitizerCloseOnAnotherGoroutineRacesRelease(t *testing.T) {
 	first, _, _ := strings.Cut(out.String(), "\n")
 	assert.NotContains(t, first, "cannot check", "the sanitizer called on a queue released under it")
 	assert.Empty(t, got, "findings, with every write in bounds")
+}
+
+// s36bReleaseWhileClosing releases q on one goroutine while b is closed on
+// another, both at once, and requires that neither fails.
+func s36bReleaseWhileClosing(t *testing.T, q *cl.CommandQueue, b *mempool.PooledBuffer) {
+	t.Helper()
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	var rerr, cerr error
+	wg.Go(func() { <-start; rerr = q.Release() })
+	wg.Go(func() { <-start; cerr = b.Close() })
+	close(start)
+	wg.Wait()
+	require.NoError(t, rerr)
+	require.NoError(t, cerr)
 }

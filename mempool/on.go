@@ -207,15 +207,8 @@ func (p *Pool) forgetReleased() (forgot int) {
 			qs.c.mu.Unlock()
 			continue
 		}
-		p.flushCaches(qs)
 		qs.c.gone = true // before uncacheLocked, which then records no use of qs
-		var gone []*segment
-		for _, cb := range qs.c.blocks {
-			gone = p.uncacheLocked(gone, qs, cb.block)
-		}
-		clear(qs.c.blocks)
-		qs.c.blocks, qs.c.bytes, qs.c.big = qs.c.blocks[:0], 0, 0
-		p.forget(gone...)
+		gone := p.emptyCacheLocked(qs)
 		p.queues[qs.id-1] = nil
 		delete(p.queueOf, qs.q)
 		caches := slices.DeleteFunc(slices.Clone(p.cacheList()), func(c *qstate) bool { return c == qs })

@@ -296,20 +296,28 @@ func (p *Pool) drain() (moved bool, err error) {
 			continue
 		}
 		p.lock()
-		p.flushCaches(qs)
-		var gone []*segment
-		for _, cb := range qs.c.blocks {
-			gone = p.uncacheLocked(gone, qs, cb.block)
-		}
 		moved = moved || len(qs.c.blocks) > 0
-		clear(qs.c.blocks)
-		qs.c.blocks, qs.c.bytes, qs.c.big = qs.c.blocks[:0], 0, 0
-		p.forget(gone...)
+		gone := p.emptyCacheLocked(qs)
 		p.mu.Unlock()
 		qs.c.mu.Unlock()
 		err = errors.Join(err, p.freeSegments(gone))
 	}
 	return moved, err
+}
+
+// emptyCacheLocked brings qs's sums into the ledger and gives every block
+// of its cache back to the policy (uncacheLocked); it returns the segments
+// the policy gave up, out of the pool's accounts, for the caller to free
+// once it lets go of the locks. p.mu must be held, and qs.c.mu.
+func (p *Pool) emptyCacheLocked(qs *qstate) (gone []*segment) {
+	p.flushCaches(qs)
+	for _, cb := range qs.c.blocks {
+		gone = p.uncacheLocked(gone, qs, cb.block)
+	}
+	clear(qs.c.blocks)
+	qs.c.blocks, qs.c.bytes, qs.c.big = qs.c.blocks[:0], 0, 0
+	p.forget(gone...)
+	return gone
 }
 
 // uncacheLocked gives b, taken out of qs's cache, back to the policy,
