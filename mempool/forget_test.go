@@ -151,7 +151,14 @@ func TestForgettingQueuesConcurrently(t *testing.T) {
 			for err := range errs {
 				assert.NoError(t, err)
 			}
-			assert.LessOrEqual(t, mempool.QueueStates(f.pool), 3+mempool.ForgetMin+1)
+			// A pass that ran long may have let the other goroutines
+			// register many queues meanwhile (CI: 47 states at the end);
+			// they count towards the next pass, which the next new queue
+			// runs: each pass kept at most the 2 queues other goroutines
+			// were using and the pool's own, so it set the next one at
+			// forgetMin, and the next new queue leaves at most forgetMin.
+			useOnce(t, f, 512)
+			assert.LessOrEqual(t, mempool.QueueStates(f.pool), mempool.ForgetMin)
 			require.NoError(t, mempool.CheckBlockCounts(f.pool))
 		})
 	}
