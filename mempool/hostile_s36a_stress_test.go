@@ -126,7 +126,7 @@ func TestHostileS36aStressForgetting(t *testing.T) {
 					req += ql.Requests
 				}
 				t.Logf("states %d lines %d cached %d requests %d held %d", mempool.QueueStates(f.pool), len(s.Queues), cached, req, s.HeldBlocks)
-				assert.LessOrEqual(t, mempool.QueueStates(f.pool), 3+2*mempool.ForgetMin+2)
+				assert.LessOrEqual(t, statesAfterNextQueue(t, f.pool, f.q), 3+2*mempool.ForgetMin+2)
 			})
 		}
 	}

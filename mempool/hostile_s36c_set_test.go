@@ -66,7 +66,7 @@ func TestHostileS36cSetQueuePerTask(t *testing.T) {
 	assert.NoError(t, errors.Join(errs...))
 	p, err := set.Pool(q0)
 	require.NoError(t, err)
-	assert.LessOrEqual(t, mempool.QueueStates(p), 2*mempool.ForgetMin+2)
+	assert.LessOrEqual(t, statesAfterNextQueue(t, p, q0), 2*mempool.ForgetMin+2)
 	st := set.Stats()
 	assert.Equal(t, 0, st.ActiveBlocks)
 	assert.Empty(t, p.Findings())
