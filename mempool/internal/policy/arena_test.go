@@ -236,6 +236,48 @@ func TestArenaOwnSegmentsServeLargeRequests(t *testing.T) {
 	require.NoError(t, p.Check())
 }
 
+// A request that takes a block of an own segment more than ownSpan (8)
+// times its size, as no ordinary block fits it, takes the top of that
+// block: the segment's head stays in one piece, and once its large array
+// goes, the next array of about its size fits there again. Cut from the
+// bottom, the block sat in the middle, and the next large array took a
+// new segment (particles remade beside a neighbour list of random size
+// held 1.39x their plan, 1.085x so).
+func TestArenaSmallRequestTakesTheTopOfAnOwnSegment(t *testing.T) {
+	const kib, mib = 1 << 10, 1 << 20
+	p := policy.NewArenas[int](512, 4, 0, 256*mib)
+	seg := p.NewSegment(8 * mib)
+	require.True(t, seg.Own())
+	require.Nil(t, p.Put(p.Add(seg, 8*mib)))
+	large := p.Get(6 * mib) // the wholly free own segment: a 2 MiB tail is left
+	require.NotNil(t, large)
+	require.Same(t, seg, large.Seg)
+	assert.Zero(t, large.Off)
+
+	const small = 600 * kib // over OwnMin, under 1/8 of the segment
+	require.Greater(t, int64(small), p.OwnMin())
+	b := p.Get(small)
+	require.NotNil(t, b, "no ordinary block fits: the own segment's tail serves it")
+	require.Same(t, seg, b.Seg)
+	assert.Equal(t, seg.Size, b.Off+b.Size, "it takes the top of the tail")
+	require.NoError(t, p.Check())
+
+	require.Nil(t, p.Put(large))
+	next := p.Get(seg.Size - b.Size) // a larger array than the last, up to the small block
+	require.NotNil(t, next, "the head is one free block")
+	assert.Same(t, seg, next.Seg)
+	assert.Zero(t, next.Off)
+	require.NoError(t, p.Check())
+
+	// A request of at least 1/8 of the segment is cut from the bottom,
+	// as before.
+	require.Nil(t, p.Put(next))
+	mid := p.Get(seg.Size / 4)
+	require.NotNil(t, mid)
+	assert.Zero(t, mid.Off)
+	require.NoError(t, p.Check())
+}
+
 // A huge segment (made for one request over half the preferred size)
 // serves no request a growth step's segment would, wholly free or in the
 // tail a smaller huge array left, so that small blocks never pin it: the
