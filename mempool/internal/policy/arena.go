@@ -186,7 +186,8 @@ func (a *Arena[T]) GetOn(n int64, q int32) *Block[T] {
 // ladder): the smallest free block of at least n bytes, of any segment
 // but an oversize one, whatever the placement rules (an own segment's
 // blocks kept for large requests; tiny segments' blocks for tiny ones,
-// which take no block of a wholly free segment). nil if none fits.
+// which take no block of a wholly free segment), cut from the block's
+// bottom. nil if none fits.
 func (a *Arena[T]) GetAny(n int64) *Block[T] {
 	a.Flush()
 	c := BinNumber(n, a.lb)
@@ -687,8 +688,9 @@ func (a *Arena[T]) hole(c uint32, n int64) *Block[T] {
 // segment's size takes another (particles remade beside a neighbour list
 // of random size held 1.83x their plan, 1.39x so; random-mixed 1.157x,
 // 1.145x). If no ordinary block fits, it takes the own segment's block
-// whatever its size, and GetOn cuts the request from its top (1.39x ->
-// 1.085x on those particles).
+// whatever its size; GetOn cuts the request from the block's top if the
+// segment is more than ownSpan times n (see spans), from its bottom
+// otherwise (1.39x -> 1.085x on those particles).
 func (a *Arena[T]) findOwned(n int64) *Block[T] {
 	c := BinNumber(n, a.lb)
 	b := fitIn(&a.sized, c, n)
