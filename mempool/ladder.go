@@ -74,9 +74,10 @@ func (l *ladder) try() *segment {
 func (p *Pool) serve(req *request) (*block, []policy.Use, error) {
 	req.mayDrain = p.cacheState.Load() != cachesGone && (p.arena || p.blockSize(req.size) <= cacheMaxBlock)
 	lad := ladder{frees: -1}
-	p.lockFlushed(req.q, req.cacheMu)
+	gone := p.lockFlushed(req.q, req.cacheMu, p.givesBack(req))
 	d := p.decide(req, &lad)
 	p.mu.Unlock()
+	d.free = append(d.free, gone...)
 	for {
 		_ = p.freeSegments(d.free)
 		switch {

@@ -331,18 +331,35 @@ func (p *Pool) flushTurnsLocked(cs []*qstate) {
 // else lockFlushed takes it. Once caching is off, the caches were
 // drained (see StopHolding) and there is nothing to bring in (a cache's
 // lock held keeps caching from going off: StopHolding drains that cache
-// first).
-func (p *Pool) lockFlushed(r *qstate, locked bool) {
+// first). If giveBack (see givesBack), it then gives r's cache back to
+// the policy, and returns the segments the policy gave up (none today:
+// see uncacheLocked), out of the pool's accounts, for the caller to free
+// once it lets go of p.mu.
+func (p *Pool) lockFlushed(r *qstate, locked, giveBack bool) (gone []*segment) {
 	if !locked {
 		if p.cacheState.Load() == cachesGone {
 			p.lock()
-			return
+			return nil
 		}
 		r.c.mu.Lock()
 	}
 	p.lock()
 	p.flushCaches(r)
+	if giveBack && len(r.c.blocks) > 0 {
+		gone = p.emptyCacheLocked(r)
+	}
 	r.c.mu.Unlock()
+	return gone
+}
+
+// givesBack reports whether req, which its queue's cache missed with the
+// cache's lock held (req.cacheMu), is to give that cache back to the
+// policy before the pool decides (lockFlushed): in an arena that manages
+// under smallArena bytes, for a request that is not tiny (a tiny one
+// never cuts a wholly free segment, which the blocks given back could
+// make, and would take a segment of its own).
+func (p *Pool) givesBack(req *request) bool {
+	return req.cacheMu && p.arena && p.l.cacheCap.Load() < smallArena/cacheShare && !p.arenas.Tiny(req.size)
 }
 
 // cacheList returns every queue cache: p.host's and each queue's. It
@@ -365,7 +382,7 @@ func (p *Pool) flushAll() {
 	p.inspecting.Add(1)
 	defer p.inspecting.Add(-1)
 	for _, qs := range p.cacheList() {
-		p.lockFlushed(qs, false)
+		p.lockFlushed(qs, false, false)
 		p.mu.Unlock()
 	}
 }

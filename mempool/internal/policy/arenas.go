@@ -216,6 +216,10 @@ func (p *Arenas[T]) Oversize(size int64) bool {
 	return p.maxSplit > 0 && p.Round(size) > p.maxSplit
 }
 
+// Tiny reports whether a request of size is tiny (see TinyBlock). It
+// reads nothing that changes.
+func (p *Arenas[T]) Tiny(size int64) bool { return p.tiny(size) }
+
 // tiny reports whether a request of size is tiny (see TinyBlock): its
 // block is at most tinyMax bytes, and it is not oversize (a max split
 // under the alignment makes every request oversize).

@@ -80,6 +80,7 @@ const (
 	cacheBlocks, cacheMaxBlock = 16, policy.SmallRequest
 	cacheShare, bigSegment     = 128, 8
 	bigShare                   = 2
+	smallArena                 = 4 << 20
 )
 
 // simCache is the pool's cache of the requests on no queue, as an
@@ -147,13 +148,19 @@ func (c *simCache) put(b *policy.Block[int], managed int64) (back []*policy.Bloc
 // request takes the newest cached block of its block's size; a miss
 // sizes a new segment and calls BeforeGrow (whose segments the pool
 // frees), then drains the cache into p and decides again, as the pool
-// does (mempool's serve).
+// does (mempool's serve). A miss of a request the cache may serve, not
+// tiny, in a pool that manages under smallArena bytes, drains the cache
+// first (mempool's givesBack).
 func simulateCached(t testing.TB, events []trace.Event, p placement, round func(int64) int64) simResult {
 	var r simResult
 	var managed, live int64
 	var cache simCache
 	blocks := map[int64]*policy.Block[int]{}
 	sizes := map[int64]int64{}
+	tiny := func(int64) bool { return false }
+	if a, ok := p.(interface{ Tiny(int64) bool }); ok {
+		tiny = a.Tiny
+	}
 	give := func(bs []*policy.Block[int]) {
 		for _, b := range bs {
 			if s := p.Put(b); s != nil {
@@ -167,7 +174,10 @@ func simulateCached(t testing.TB, events []trace.Event, p placement, round func(
 			r.allocs++
 			var b *policy.Block[int]
 			if n := round(e.Size); n <= cacheMaxBlock {
-				b = cache.take(n)
+				if b = cache.take(n); b == nil && managed/cacheShare < smallArena/cacheShare && !tiny(e.Size) {
+					give(cache.blocks)
+					cache = simCache{}
+				}
 			}
 			mayDrain := true
 			for b == nil {
