@@ -64,10 +64,11 @@ const (
 	bigSegment    = 8                   // and, apart, blocks that cover segments of at least 1/bigSegment of them,
 	bigShare      = 2                   // up to 1/bigShare of them
 	// smallArena is the managed bytes under which an arena's queue cache
-	// goes back to the policy at a miss of its queue (lockFlushed): in a
-	// pool of a few segments, every block waiting in the cache splits
-	// the free space the next request is placed in (small pools over 24
-	// seeds held 1.116x their plan behind the cache, 1.071x so).
+	// gives its stale blocks back to the policy at a miss of its queue
+	// (givesBack): in a pool of a few segments, every block waiting in
+	// the cache splits the free space the next request is placed in
+	// (small pools over 24 seeds held 1.116x their plan behind the
+	// cache, 1.066x so).
 	smallArena = 4 << 20
 )
 
@@ -83,6 +84,7 @@ type qcache struct {
 	big    int64 // the sizes of the big ones (see cachedBlock)
 
 	lastSize, lastN int64  // the last request's size and its block size
+	misses          uint32 // the misses that gave stale blocks back (see givesBack)
 	d               qdelta // operations not yet in the ledger
 	// gone is set when the pool forgets the queue (forgetReleased):
 	// the cache takes no block again. Set with p.mu held too.
@@ -102,7 +104,8 @@ type qcache struct {
 // array (a CG solver's), would otherwise miss on every request.
 type cachedBlock struct {
 	*block
-	big bool
+	big   bool
+	epoch uint32 // the cache's misses when it came in (see giveBackStaleLocked)
 }
 
 // sum returns the bytes of the cache's big blocks (big), or of the
@@ -206,7 +209,7 @@ func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 		len(b.Uses) != 0 || p.hooks.Load() != nil {
 		return false // len(b.Uses): RecordQueue adds to it under c.mu
 	}
-	cb := cachedBlock{block: b}
+	cb := cachedBlock{block: b, epoch: c.misses}
 	if !p.arena {
 		if len(c.blocks) == cacheBlocks {
 			return false
@@ -322,6 +325,31 @@ func (p *Pool) emptyCacheLocked(qs *qstate) (gone []*segment) {
 	}
 	clear(qs.c.blocks)
 	qs.c.blocks, qs.c.bytes, qs.c.big = qs.c.blocks[:0], 0, 0
+	p.forget(gone...)
+	return gone
+}
+
+// giveBackStaleLocked counts a miss of qs's cache (see givesBack) and
+// gives the policy the blocks that came in before the miss before this
+// one, stale (a block of a size the queue still asks for is hit before
+// then: a queue that alternates two sizes keeps both), keeping the others
+// in their order. It returns the segments the policy gave up, as
+// emptyCacheLocked does. p.mu must be held, and qs.c.mu, with qs's sums
+// flushed.
+func (p *Pool) giveBackStaleLocked(qs *qstate) (gone []*segment) {
+	c := &qs.c
+	c.misses++
+	kept := c.blocks[:0]
+	for _, cb := range c.blocks {
+		if c.misses-cb.epoch < 2 { // unsigned: right across a wrap
+			kept = append(kept, cb)
+			continue
+		}
+		c.count(cb, -cb.Size) // before the policy merges it
+		gone = p.uncacheLocked(gone, qs, cb.block)
+	}
+	clear(c.blocks[len(kept):]) // no stale pointer past the end
+	c.blocks = kept
 	p.forget(gone...)
 	return gone
 }

@@ -331,10 +331,10 @@ func (p *Pool) flushTurnsLocked(cs []*qstate) {
 // else lockFlushed takes it. Once caching is off, the caches were
 // drained (see StopHolding) and there is nothing to bring in (a cache's
 // lock held keeps caching from going off: StopHolding drains that cache
-// first). If giveBack (see givesBack), it then gives r's cache back to
-// the policy, and returns the segments the policy gave up (none today:
-// see uncacheLocked), out of the pool's accounts, for the caller to free
-// once it lets go of p.mu.
+// first). If giveBack (see givesBack), it then gives r's stale cached
+// blocks back to the policy (giveBackStaleLocked), and returns the
+// segments the policy gave up (none today: see uncacheLocked), out of the
+// pool's accounts, for the caller to free once it lets go of p.mu.
 func (p *Pool) lockFlushed(r *qstate, locked, giveBack bool) (gone []*segment) {
 	if !locked {
 		if p.cacheState.Load() == cachesGone {
@@ -345,19 +345,19 @@ func (p *Pool) lockFlushed(r *qstate, locked, giveBack bool) (gone []*segment) {
 	}
 	p.lock()
 	p.flushCaches(r)
-	if giveBack && len(r.c.blocks) > 0 {
-		gone = p.emptyCacheLocked(r)
+	if giveBack {
+		gone = p.giveBackStaleLocked(r)
 	}
 	r.c.mu.Unlock()
 	return gone
 }
 
 // givesBack reports whether req, which its queue's cache missed with the
-// cache's lock held (req.cacheMu), is to give that cache back to the
-// policy before the pool decides (lockFlushed): in an arena that manages
-// under smallArena bytes, for a request that is not tiny (a tiny one
-// never cuts a wholly free segment, which the blocks given back could
-// make, and would take a segment of its own).
+// cache's lock held (req.cacheMu), is to give that cache's stale blocks
+// back to the policy before the pool decides (lockFlushed): in an arena
+// that manages under smallArena bytes, for a request that is not tiny (a
+// tiny one never cuts a wholly free segment, which the blocks given back
+// could make, and would take a segment of its own).
 func (p *Pool) givesBack(req *request) bool {
 	return req.cacheMu && p.arena && p.l.cacheCap.Load() < smallArena/cacheShare && !p.arenas.Tiny(req.size)
 }

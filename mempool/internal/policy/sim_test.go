@@ -88,6 +88,25 @@ const (
 type simCache struct {
 	blocks []*policy.Block[int] // oldest first
 	big    []bool               // whether blocks[i] counts as big
+	epoch  []int                // misses when blocks[i] came in
+	misses int                  // the misses that gave blocks back (see stale)
+}
+
+// stale counts a miss that gives the cache's stale blocks back, and
+// returns them, taken out: those that came in before the miss before
+// this one (mempool's giveBackStaleLocked).
+func (c *simCache) stale() (back []*policy.Block[int]) {
+	c.misses++
+	keep, keepBig, keepEpoch := c.blocks[:0:0], c.big[:0:0], c.epoch[:0:0]
+	for i, b := range c.blocks {
+		if c.epoch[i] <= c.misses-2 {
+			back = append(back, b)
+			continue
+		}
+		keep, keepBig, keepEpoch = append(keep, b), append(keepBig, c.big[i]), append(keepEpoch, c.epoch[i])
+	}
+	c.blocks, c.big, c.epoch = keep, keepBig, keepEpoch
+	return back
 }
 
 // take returns the newest cached block of n bytes, or nil.
@@ -97,6 +116,7 @@ func (c *simCache) take(n int64) *policy.Block[int] {
 			b := c.blocks[i]
 			c.blocks = append(c.blocks[:i], c.blocks[i+1:]...)
 			c.big = append(c.big[:i], c.big[i+1:]...)
+			c.epoch = append(c.epoch[:i], c.epoch[i+1:]...)
 			return b
 		}
 	}
@@ -125,12 +145,12 @@ func (c *simCache) put(b *policy.Block[int], managed int64) (back []*policy.Bloc
 			share += old.Size
 		}
 	}
-	keep, keepBig := c.blocks[:0:0], c.big[:0:0]
+	keep, keepBig, keepEpoch := c.blocks[:0:0], c.big[:0:0], c.epoch[:0:0]
 	n := len(c.blocks)
 	for i, old := range c.blocks {
 		switch {
 		case n < cacheBlocks && share <= limit, c.big[i] != big && n < cacheBlocks:
-			keep, keepBig = append(keep, old), append(keepBig, c.big[i])
+			keep, keepBig, keepEpoch = append(keep, old), append(keepBig, c.big[i]), append(keepEpoch, c.epoch[i])
 		default:
 			if c.big[i] == big {
 				share -= old.Size
@@ -139,7 +159,7 @@ func (c *simCache) put(b *policy.Block[int], managed int64) (back []*policy.Bloc
 			n--
 		}
 	}
-	c.blocks, c.big = append(keep, b), append(keepBig, big)
+	c.blocks, c.big, c.epoch = append(keep, b), append(keepBig, big), append(keepEpoch, c.misses)
 	return back
 }
 
@@ -149,8 +169,8 @@ func (c *simCache) put(b *policy.Block[int], managed int64) (back []*policy.Bloc
 // sizes a new segment and calls BeforeGrow (whose segments the pool
 // frees), then drains the cache into p and decides again, as the pool
 // does (mempool's serve). A miss of a request the cache may serve, not
-// tiny, in a pool that manages under smallArena bytes, drains the cache
-// first (mempool's givesBack).
+// tiny, in a pool that manages under smallArena bytes, gives the cache's
+// stale blocks back first (mempool's givesBack).
 func simulateCached(t testing.TB, events []trace.Event, p placement, round func(int64) int64) simResult {
 	var r simResult
 	var managed, live int64
@@ -175,8 +195,7 @@ func simulateCached(t testing.TB, events []trace.Event, p placement, round func(
 			var b *policy.Block[int]
 			if n := round(e.Size); n <= cacheMaxBlock {
 				if b = cache.take(n); b == nil && managed/cacheShare < smallArena/cacheShare && !tiny(e.Size) {
-					give(cache.blocks)
-					cache = simCache{}
+					give(cache.stale())
 				}
 			}
 			mayDrain := true
@@ -192,7 +211,7 @@ func simulateCached(t testing.TB, events []trace.Event, p placement, round func(
 					mayDrain = false
 					if len(cache.blocks) > 0 {
 						give(cache.blocks)
-						cache = simCache{}
+						cache = simCache{misses: cache.misses}
 						continue
 					}
 				}
