@@ -166,6 +166,14 @@ func TestQueueHoldKeepsReleaseOff(t *testing.T) {
 	require.True(t, q2.Hold(), "holds are shared")
 	released := make(chan error, 1)
 	go func() { released <- q2.Release() }()
+	// Until the Release waits (its goroutine may start late on a loaded
+	// machine: a TryHold then would succeed, and the Release wait for it
+	// for ever).
+	for deadline := time.Now().Add(10 * time.Second); q2.TryHold(); {
+		q2.Unhold()
+		require.True(t, time.Now().Before(deadline), "Release never began")
+		time.Sleep(time.Millisecond)
+	}
 	select {
 	case <-released:
 		t.Fatal("Release ran while the queue was held")

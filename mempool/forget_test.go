@@ -161,7 +161,7 @@ func TestForgettingQueuesConcurrently(t *testing.T) {
 					}
 				}
 			})
-			ok := within(t, "tasks on queues of their own", wg.Wait)
+			ok := withinWork(t, "tasks on queues of their own", wg.Wait)
 			require.True(t, ok)
 			close(errs)
 			for err := range errs {
@@ -257,7 +257,7 @@ func TestCrossClosesWhileBothQueuesAreReleased(t *testing.T) {
 		for _, fn := range []func() error{xa.Close, xb.Close, a.Release, b.Release} {
 			wg.Go(func() { errs <- fn() })
 		}
-		require.True(t, within(t, "closes and releases of two queues at once", wg.Wait))
+		require.True(t, withinWork(t, "closes and releases of two queues at once", wg.Wait))
 		close(errs)
 		for err := range errs {
 			assert.NoError(t, err)

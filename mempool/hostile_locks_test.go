@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -145,7 +146,7 @@ func hlCheckIdle(t *testing.T, p *mempool.Pool, open []hlOpen, dropped int64, dr
 // Snapshot, FreeHeld, ResetPeak, ResetAccumulated, hooks coming and going
 // (one of which calls Stats from inside the hook), RecordQueue, dropped
 // buffers and collections.
-func hlStorm(t *testing.T, c hlConfig, p *mempool.Pool, queues []*cl.CommandQueue, closePool bool) {
+func hlStorm(t *testing.T, c hlConfig, p *mempool.Pool, queues []*cl.CommandQueue, closePool bool, steps *atomic.Int64) {
 	var errs hlErrs
 	allocs := []func(int64) (*mempool.PooledBuffer, error){p.Allocate}
 	ons := []*mempool.QueueAllocator{}
@@ -239,6 +240,7 @@ func hlStorm(t *testing.T, c hlConfig, p *mempool.Pool, queues []*cl.CommandQueu
 			// take it about 100 s to finish, the pool aside).
 			home := g % (len(allocs) - 1)
 			for op := range 12000 {
+				steps.Add(1)
 				if closePool && g == 0 && op == 6000 {
 					if err := p.Close(); err != nil {
 						errs.add("pool Close: %v", err)
@@ -342,13 +344,54 @@ func TestHostileLocksStorm(t *testing.T) {
 	for _, closeMid := range []bool{false, true} {
 		for _, c := range hlConfigs {
 			t.Run(fmt.Sprintf("%s/closeMid=%v", c.name, closeMid), func(t *testing.T) {
-				cltest.Watchdog(t, 20*time.Second)
+				steps := hlStallWatchdog(t, 30*time.Second)
 				queues := hlQueues(t)
 				p, _ := hlPool(t, queues[0], nil, c.opts()...)
-				hlStorm(t, c, p, queues[1:], closeMid)
+				hlStorm(t, c, p, queues[1:], closeMid, steps)
 			})
 		}
 	}
+}
+
+// hlStallWatchdog turns a hang into a failure, as cltest.Watchdog does,
+// but by progress rather than by the clock: it panics, with every
+// goroutine's stack, once the returned counter has not moved for idle.
+// The workers add a step each; the test's end (the checks, the
+// cleanups) must also be over within idle of the last step. A run of
+// these storms is a fixed number of steps, a garbage collection at each
+// out-of-memory with drop safety: under -race on two shared cores it
+// took from 20 s to past 90 s (CI-like load), so a deadline on the whole
+// run failed runs that were only slow.
+func hlStallWatchdog(t *testing.T, idle time.Duration) *atomic.Int64 {
+	t.Helper()
+	name := t.Name()
+	var steps atomic.Int64
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	go func() {
+		tick := time.NewTicker(idle / 10)
+		defer tick.Stop()
+		last, since := steps.Load(), time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if n := steps.Load(); n != last {
+				last, since = n, time.Now()
+				continue
+			}
+			if time.Since(since) < idle {
+				continue
+			}
+			buf := make([]byte, 16<<20)
+			n := runtime.Stack(buf, true)
+			fmt.Fprintf(os.Stderr, "\n=== %s: no step for %v (%d steps); every goroutine:\n%s\n", name, idle, last, buf[:n])
+			panic(name + ": hung (hlStallWatchdog)")
+		}
+	}()
+	return &steps
 }
 
 // hlWorker runs ops steps of one goroutine: at each, with up to k of its
@@ -596,8 +639,9 @@ func TestHostileLocksOOMRotatingSizes(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/drop=%v", by, drop), func(t *testing.T) {
 				// With drop safety, each out-of-memory collects garbage
 				// (three runtime.GC): under -race on two cores the run
-				// takes about 20 s, which is what the watchdog was.
-				cltest.Watchdog(t, 90*time.Second)
+				// takes about 20 s, and past 90 s with the cores shared
+				// (a 90 s watchdog fired with the workers collecting).
+				steps := hlStallWatchdog(t, 30*time.Second)
 				queues := hlQueues(t)
 				sizes := []int64{33000, 40000, 48000, 56000, 65536, 20000}
 				const k, n = 3, 3
@@ -617,6 +661,7 @@ func TestHostileLocksOOMRotatingSizes(t *testing.T) {
 						size := sizes[g]
 						hlWorker(rng, 20000, k, allocs[g], &errs,
 							func(op int) int64 {
+								steps.Add(1)
 								if op%40 == 0 {
 									size = sizes[rng.IntN(len(sizes))]
 								}

@@ -235,7 +235,7 @@ func TestHostileS33AConcurrentLadderUnderPressure(t *testing.T) {
 				bad  []error
 				ooms int
 			)
-			ok := within(t, "goroutines under pressure", func() {
+			ok := withinWork(t, "goroutines under pressure", func() {
 				for g := range 6 {
 					on := f.pool.On(qs[g%len(qs)])
 					wg.Go(func() {

@@ -98,7 +98,7 @@ func s33fChurnLimitStopClose(t *testing.T, p *mempool.Pool, queues []*cl.Command
 		time.Sleep(2 * time.Millisecond)
 	}
 	close(stop)
-	if !within(t, "the churning goroutines", wg.Wait) {
+	if !withinWork(t, "the churning goroutines", wg.Wait) {
 		return false
 	}
 	close(errs)
@@ -292,7 +292,7 @@ func TestHostileS33FLimitHoldsUnderConcurrency(t *testing.T) {
 				time.Sleep(3 * time.Millisecond)
 			}
 			close(stop)
-			if !within(t, "the churning goroutines", wg.Wait) {
+			if !withinWork(t, "the churning goroutines", wg.Wait) {
 				return
 			}
 			close(errs)

@@ -71,7 +71,7 @@ func TestHostileS33FSetRacesFirstUseLimitsClose(t *testing.T) {
 				time.Sleep(2 * time.Millisecond)
 			}
 			close(stop)
-			if !within(t, "the churning goroutines", wg.Wait) {
+			if !withinWork(t, "the churning goroutines", wg.Wait) {
 				return
 			}
 			close(errs)

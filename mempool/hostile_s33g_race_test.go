@@ -51,7 +51,7 @@ func TestHostileS33GLimitFreeingRace(t *testing.T) {
 			var ooms, errs atomic.Int64
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
-			ok := within(t, "the race", func() {
+			ok := withinWork(t, "the race", func() {
 				for g := 0; g < 4; g++ {
 					wg.Add(1)
 					go func(g int) {

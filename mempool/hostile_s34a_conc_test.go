@@ -117,7 +117,7 @@ func TestHostileS34aNoParkingConcurrent(t *testing.T) {
 					check()
 				}
 			}()
-			ok := within(t, "the churn", func() {
+			ok := withinWork(t, "the churn", func() {
 				wg.Wait()
 			})
 			close(stop)

@@ -29,6 +29,6 @@ func TestHostileS36aCloseRacesForgetReleased(t *testing.T) {
 		done := make(chan *mempool.QueueAllocator, 1)
 		go func() { done <- f.pool.On(fresh) }() // runs the pass
 		require.True(t, within(t, "Close", func() { assert.NoError(t, f.pool.Close()) }))
-		require.True(t, within(t, "On", func() { <-released; <-done }))
+		require.True(t, withinWork(t, "On", func() { <-released; <-done }))
 	}
 }

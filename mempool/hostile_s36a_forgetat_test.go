@@ -77,7 +77,7 @@ func TestHostileS36aForgetStopsAfterRegistrationRace(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	f.pool.On(shared) // registers shared meanwhile (no pass: one at a time)
 	t.Logf("second On returned after %v", time.Since(start))
-	ok := within(t, "the forgetting pass", func() { <-released; wg.Wait() })
+	ok := withinWork(t, "the forgetting pass", func() { <-released; wg.Wait() })
 	require.True(t, ok)
 	t.Logf("first On (the pass) took %v", took)
 

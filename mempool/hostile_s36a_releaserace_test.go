@@ -66,7 +66,7 @@ func TestHostileS36aAllocateFailsWhileAnotherTaskReleasesItsQueue(t *testing.T) 
 					}
 				})
 			}
-			require.True(t, within(t, "the tasks", wg.Wait))
+			require.True(t, withinWork(t, "the tasks", wg.Wait))
 			t.Logf("%d Allocates failed", len(errs))
 			for _, err := range errs[:min(len(errs), 3)] {
 				assert.NoError(t, err, "a task's Allocate failed")

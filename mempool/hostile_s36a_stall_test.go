@@ -44,7 +44,7 @@ func TestHostileS36aOnStallsOnUnrelatedRelease(t *testing.T) {
 	default:
 		t.Logf("(the unrelated Release was still under way)")
 	}
-	require.True(t, within(t, "the unrelated Release", func() { <-released }))
+	require.True(t, withinWork(t, "the unrelated Release", func() { <-released }))
 	assert.Less(t, took, 200*time.Millisecond,
 		"On of a queue the pool never saw took %v: it waited for an unrelated queue's Release (its commands)", took)
 }

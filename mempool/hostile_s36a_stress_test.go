@@ -102,10 +102,10 @@ func TestHostileS36aStressForgetting(t *testing.T) {
 						relMu.RUnlock()
 					}
 				})
-				ok := within(t, "queue per task with inspectors", func() { wg.Wait() })
+				ok := withinWork(t, "queue per task with inspectors", func() { wg.Wait() })
 				stop.Store(true)
 				require.True(t, ok)
-				ok = within(t, "the inspector", func() { iw.Wait() })
+				ok = withinWork(t, "the inspector", func() { iw.Wait() })
 				require.True(t, ok)
 				close(errs)
 				for err := range errs {

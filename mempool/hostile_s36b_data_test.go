@@ -109,7 +109,7 @@ func TestHostileS36bQueuePerTaskDataAndCounts(t *testing.T) {
 					}
 				})
 			}
-			require.True(t, within(t, "the tasks", wg.Wait))
+			require.True(t, withinWork(t, "the tasks", wg.Wait))
 			for _, err := range errs[:min(len(errs), 3)] {
 				assert.NoError(t, err)
 			}

@@ -51,7 +51,7 @@ func TestHostileS36cQueuePerTaskDataIntegrity(t *testing.T) {
 				}
 				toClose := make(chan *mempool.PooledBuffer, 256)
 				var mapMu sync.Mutex
-				ok := within(t, "the tasks", func() {
+				ok := withinWork(t, "the tasks", func() {
 					var closers, workers sync.WaitGroup
 					closers.Go(func() {
 						for b := range toClose {

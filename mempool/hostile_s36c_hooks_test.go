@@ -41,7 +41,7 @@ func TestHostileS36cHookReleasesTheQueue(t *testing.T) {
 				}))
 				defer remove()
 				var errs []error
-				ok := within(t, "tasks whose hook releases their queue", func() {
+				ok := withinWork(t, "tasks whose hook releases their queue", func() {
 					for i := range 3 * mempool.ForgetMin {
 						q, err := cl.NewCommandQueue(f.q.Context(), f.q.Device(), 0)
 						if err != nil {

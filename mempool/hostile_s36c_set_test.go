@@ -33,7 +33,7 @@ func TestHostileS36cSetQueuePerTask(t *testing.T) {
 			mu.Unlock()
 		}
 	}
-	ok := within(t, "tasks through a Set", func() {
+	ok := withinWork(t, "tasks through a Set", func() {
 		var wg sync.WaitGroup
 		for g := range 3 {
 			wg.Go(func() {

@@ -45,7 +45,7 @@ func TestHostileS36cQueuePerTaskSanitizerStress(t *testing.T) {
 			}
 			toClose := make(chan *mempool.PooledBuffer, 64)
 			var done atomic.Bool
-			ok := within(t, "the workload", func() {
+			ok := withinWork(t, "the workload", func() {
 				var closers, workers, pollers sync.WaitGroup
 				closers.Go(func() {
 					for b := range toClose {
@@ -178,7 +178,7 @@ func TestHostileS36cCrossTaskReleasesWithSlowKernels(t *testing.T) {
 	toClose := make(chan *mempool.PooledBuffer, 64)
 	var stop atomic.Bool
 	tasks := cltest.Size(f.q, 5, 40)
-	ok := within(t, "cross-task closes and releases", func() {
+	ok := withinWork(t, "cross-task closes and releases", func() {
 		var wg, side sync.WaitGroup
 		side.Go(func() {
 			for b := range toClose {

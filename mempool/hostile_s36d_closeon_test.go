@@ -26,7 +26,7 @@ func TestHostileS36dOnDuringClose(t *testing.T) {
 		var after, made atomic.Int64
 		var errMu sync.Mutex
 		var bad []error
-		ok := within(t, "the workload", func() {
+		ok := withinWork(t, "the workload", func() {
 			var wg sync.WaitGroup
 			start := make(chan struct{})
 			for range 3 {

@@ -41,7 +41,7 @@ func TestHostileS36dWriteAfterCloseAcrossReleases(t *testing.T) {
 			var done atomic.Bool
 			var seen []mempool.Finding
 			var seenMu sync.Mutex
-			ok := within(t, "the workload", func() {
+			ok := withinWork(t, "the workload", func() {
 				var workers, pollers sync.WaitGroup
 				pollers.Go(func() {
 					for !done.Load() {

@@ -182,7 +182,7 @@ func TestHostileTinyLadderStorm(t *testing.T) {
 			}
 		})
 	}
-	done := within(t, "the storm", wg.Wait)
+	done := withinWork(t, "the storm", wg.Wait)
 	stop()
 	if !done {
 		return

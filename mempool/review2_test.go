@@ -69,7 +69,7 @@ func TestReview2SanitizerFindingsRacingClose(t *testing.T) {
 		bs = append(bs, b)
 	}
 	var fs []mempool.Finding
-	ok := within(t, "Closes racing Findings", func() {
+	ok := withinWork(t, "Closes racing Findings", func() {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
