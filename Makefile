@@ -40,12 +40,14 @@ fmt:
 vet: deps
 	$(GO) vet ./...
 
+# -timeout: go test's default of 10 minutes a package is too near what the
+# largest take on a loaded machine with the race detector (mempool, array).
 test-pocl: deps
-	CLPOOL_DEVICE=pocl $(GO) test -race -count=1 ./...
+	CLPOOL_DEVICE=pocl $(GO) test -race -count=1 -timeout 30m ./...
 
 # Oclgrind simulates every work-item: -short keeps the sizes small there.
 test-oclgrind: deps
-	CLPOOL_DEVICE=oclgrind $(GO) test -race -short -count=1 ./...
+	CLPOOL_DEVICE=oclgrind $(GO) test -race -short -count=1 -timeout 30m ./...
 
 test: deps fmt vet test-pocl test-oclgrind
 
