@@ -310,9 +310,10 @@
 // half (waiting, they keep nothing from merging; a CG solver's pool of a
 // few one-array segments then hits in its cache). In an arena that
 // manages under 4 MiB, a request (not tiny) that its queue's cache misses
-// first gives back the blocks that waited there since before the miss
-// before it, not hit since (in a pool of a few segments, every block
-// waiting there splits the space the request is placed in).
+// first gives back the blocks that waited there over the queue's last
+// four requests (in a pool of a few segments, every block waiting there
+// splits the space the request is placed in; a loop of up to five sizes
+// keeps hitting).
 // A request the pool cannot otherwise serve, FreeHeld and the
 // out-of-memory ladder first give every cached block back to the pool, so
 // memory is still reused across queues. Blocks in a cache count as held;

@@ -18,9 +18,9 @@ import (
 // cache back, and was cut anew under p.mu: 1001 locks over 1000 requests,
 // and on a queue of Pool.On a handover at every request (the merged space
 // carried the allocator's queue's use), about 10x slower (190 -> 1840 ns
-// per pair). A miss now gives back only the blocks not hit since the
-// miss before it. Stats does not show it: Queues[i].Hits counts the
-// policy's hits too.
+// per pair). A miss now gives back only the blocks that waited over the
+// queue's last four requests (see also TestHostileS37dSmallArenaLoopStillHits).
+// Stats does not show it: Queues[i].Hits counts the policy's hits too.
 func TestHostileS37cSmallArenaAlternatingSizesStillHit(t *testing.T) {
 	for _, own := range []bool{false, true} {
 		t.Run(map[bool]string{false: "allocator's queue", true: "On"}[own], func(t *testing.T) {

@@ -68,8 +68,15 @@ const (
 	// (givesBack): in a pool of a few segments, every block waiting in
 	// the cache splits the free space the next request is placed in
 	// (small pools over 24 seeds held 1.116x their plan behind the
-	// cache, 1.066x so).
-	smallArena = 4 << 20
+	// cache, 1.078x so). A block is stale once the cache was asked for
+	// more than staleRequests requests since it came in: a queue that
+	// asks for up to staleRequests+1 sizes in turn puts each back before
+	// then (its misses give nothing back), and keeps hitting; giving
+	// back more (after two misses: 1.066x) made such loops of three sizes
+	// miss at every request (review s37d), and less (16 requests:
+	// 1.100x) kept most of the memory.
+	smallArena    = 4 << 20
+	staleRequests = 4
 )
 
 // qcache is a queue's cache. The padding keeps its lock and fields off the
@@ -84,7 +91,7 @@ type qcache struct {
 	big    int64 // the sizes of the big ones (see cachedBlock)
 
 	lastSize, lastN int64  // the last request's size and its block size
-	misses          uint32 // the misses that gave stale blocks back (see givesBack)
+	requests        uint32 // the requests it was asked, hits and misses (see giveBackStaleLocked)
 	d               qdelta // operations not yet in the ledger
 	// gone is set when the pool forgets the queue (forgetReleased):
 	// the cache takes no block again. Set with p.mu held too.
@@ -105,7 +112,7 @@ type qcache struct {
 type cachedBlock struct {
 	*block
 	big   bool
-	epoch uint32 // the cache's misses when it came in (see giveBackStaleLocked)
+	stamp uint32 // the cache's requests when it came in (see giveBackStaleLocked)
 }
 
 // sum returns the bytes of the cache's big blocks (big), or of the
@@ -149,6 +156,7 @@ func (p *Pool) allocateCached(size int64, r *qstate, pb *PooledBuffer) (got *Poo
 		c.mu.Unlock()
 		return nil, false
 	}
+	c.requests++ // see giveBackStaleLocked
 	// A queue asks for the same sizes over and over: the last one's
 	// block size is kept.
 	n := c.lastN
@@ -209,7 +217,7 @@ func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 		len(b.Uses) != 0 || p.hooks.Load() != nil {
 		return false // len(b.Uses): RecordQueue adds to it under c.mu
 	}
-	cb := cachedBlock{block: b, epoch: c.misses}
+	cb := cachedBlock{block: b, stamp: c.requests}
 	if !p.arena {
 		if len(c.blocks) == cacheBlocks {
 			return false
@@ -329,19 +337,16 @@ func (p *Pool) emptyCacheLocked(qs *qstate) (gone []*segment) {
 	return gone
 }
 
-// giveBackStaleLocked counts a miss of qs's cache (see givesBack) and
-// gives the policy the blocks that came in before the miss before this
-// one, stale (a block of a size the queue still asks for is hit before
-// then: a queue that alternates two sizes keeps both), keeping the others
-// in their order. It returns the segments the policy gave up, as
-// emptyCacheLocked does. p.mu must be held, and qs.c.mu, with qs's sums
-// flushed.
+// giveBackStaleLocked gives the policy the blocks of qs's cache that
+// came in more than staleRequests requests ago, stale (see smallArena).
+// It keeps the others in their order, and returns the segments the
+// policy gave up, as emptyCacheLocked does. p.mu must be held, and
+// qs.c.mu, with qs's sums flushed.
 func (p *Pool) giveBackStaleLocked(qs *qstate) (gone []*segment) {
 	c := &qs.c
-	c.misses++
 	kept := c.blocks[:0]
 	for _, cb := range c.blocks {
-		if c.misses-cb.epoch < 2 { // unsigned: right across a wrap
+		if c.requests-cb.stamp <= staleRequests { // unsigned: right across a wrap
 			kept = append(kept, cb)
 			continue
 		}

@@ -80,32 +80,30 @@ const (
 	cacheBlocks, cacheMaxBlock = 16, policy.SmallRequest
 	cacheShare, bigSegment     = 128, 8
 	bigShare                   = 2
-	smallArena                 = 4 << 20
+	smallArena, staleRequests  = 4 << 20, 4
 )
 
 // simCache is the pool's cache of the requests on no queue, as an
 // arena has it (mempool's putCached and allocateCached).
 type simCache struct {
-	blocks []*policy.Block[int] // oldest first
-	big    []bool               // whether blocks[i] counts as big
-	epoch  []int                // misses when blocks[i] came in
-	misses int                  // the misses that gave blocks back (see stale)
+	blocks   []*policy.Block[int] // oldest first
+	big      []bool               // whether blocks[i] counts as big
+	stamp    []int                // requests when blocks[i] came in
+	requests int                  // the requests it was asked (see stale)
 }
 
-// stale counts a miss that gives the cache's stale blocks back, and
-// returns them, taken out: those that came in before the miss before
-// this one (mempool's giveBackStaleLocked).
+// stale returns the cache's stale blocks, taken out: those that came in
+// more than staleRequests requests ago (mempool's giveBackStaleLocked).
 func (c *simCache) stale() (back []*policy.Block[int]) {
-	c.misses++
-	keep, keepBig, keepEpoch := c.blocks[:0:0], c.big[:0:0], c.epoch[:0:0]
+	keep, keepBig, keepStamp := c.blocks[:0:0], c.big[:0:0], c.stamp[:0:0]
 	for i, b := range c.blocks {
-		if c.epoch[i] <= c.misses-2 {
+		if c.requests-c.stamp[i] > staleRequests {
 			back = append(back, b)
 			continue
 		}
-		keep, keepBig, keepEpoch = append(keep, b), append(keepBig, c.big[i]), append(keepEpoch, c.epoch[i])
+		keep, keepBig, keepStamp = append(keep, b), append(keepBig, c.big[i]), append(keepStamp, c.stamp[i])
 	}
-	c.blocks, c.big, c.epoch = keep, keepBig, keepEpoch
+	c.blocks, c.big, c.stamp = keep, keepBig, keepStamp
 	return back
 }
 
@@ -116,7 +114,7 @@ func (c *simCache) take(n int64) *policy.Block[int] {
 			b := c.blocks[i]
 			c.blocks = append(c.blocks[:i], c.blocks[i+1:]...)
 			c.big = append(c.big[:i], c.big[i+1:]...)
-			c.epoch = append(c.epoch[:i], c.epoch[i+1:]...)
+			c.stamp = append(c.stamp[:i], c.stamp[i+1:]...)
 			return b
 		}
 	}
@@ -145,12 +143,12 @@ func (c *simCache) put(b *policy.Block[int], managed int64) (back []*policy.Bloc
 			share += old.Size
 		}
 	}
-	keep, keepBig, keepEpoch := c.blocks[:0:0], c.big[:0:0], c.epoch[:0:0]
+	keep, keepBig, keepStamp := c.blocks[:0:0], c.big[:0:0], c.stamp[:0:0]
 	n := len(c.blocks)
 	for i, old := range c.blocks {
 		switch {
 		case n < cacheBlocks && share <= limit, c.big[i] != big && n < cacheBlocks:
-			keep, keepBig, keepEpoch = append(keep, old), append(keepBig, c.big[i]), append(keepEpoch, c.epoch[i])
+			keep, keepBig, keepStamp = append(keep, old), append(keepBig, c.big[i]), append(keepStamp, c.stamp[i])
 		default:
 			if c.big[i] == big {
 				share -= old.Size
@@ -159,7 +157,7 @@ func (c *simCache) put(b *policy.Block[int], managed int64) (back []*policy.Bloc
 			n--
 		}
 	}
-	c.blocks, c.big, c.epoch = append(keep, b), append(keepBig, big), append(keepEpoch, c.misses)
+	c.blocks, c.big, c.stamp = append(keep, b), append(keepBig, big), append(keepStamp, c.requests)
 	return back
 }
 
@@ -194,6 +192,7 @@ func simulateCached(t testing.TB, events []trace.Event, p placement, round func(
 			r.allocs++
 			var b *policy.Block[int]
 			if n := round(e.Size); n <= cacheMaxBlock {
+				cache.requests++
 				if b = cache.take(n); b == nil && managed/cacheShare < smallArena/cacheShare && !tiny(e.Size) {
 					give(cache.stale())
 				}
@@ -211,7 +210,7 @@ func simulateCached(t testing.TB, events []trace.Event, p placement, round func(
 					mayDrain = false
 					if len(cache.blocks) > 0 {
 						give(cache.blocks)
-						cache = simCache{misses: cache.misses}
+						cache = simCache{requests: cache.requests}
 						continue
 					}
 				}
