@@ -66,15 +66,11 @@ const (
 	// smallArena is the managed bytes under which an arena's queue cache
 	// gives its stale blocks back to the policy at a miss of its queue
 	// (givesBack): in a pool of a few segments, every block waiting in
-	// the cache splits the free space the next request is placed in
-	// (small pools over 24 seeds held 1.116x their plan behind the
-	// cache, 1.078x so). A block is stale once the cache was asked for
-	// more than staleRequests requests since it came in: a queue that
-	// asks for up to staleRequests+1 sizes in turn puts each back before
-	// then (its misses give nothing back), and keeps hitting; giving
-	// back more (after two misses: 1.066x) made such loops of three sizes
-	// miss at every request (review s37d), and less (16 requests:
-	// 1.100x) kept most of the memory.
+	// the cache splits the free space the next request is placed in. A
+	// block is stale once its cache was asked for more than
+	// staleRequests requests since it came in, so a queue that asks for
+	// up to staleRequests+1 sizes in turn keeps hitting (BENCHMARKS.md,
+	// session 37, has the rules measured).
 	smallArena    = 4 << 20
 	staleRequests = 4
 )
@@ -328,13 +324,7 @@ func (p *Pool) drain() (moved bool, err error) {
 // once it lets go of the locks. p.mu must be held, and qs.c.mu.
 func (p *Pool) emptyCacheLocked(qs *qstate) (gone []*segment) {
 	p.flushCaches(qs)
-	for _, cb := range qs.c.blocks {
-		gone = p.uncacheLocked(gone, qs, cb.block)
-	}
-	clear(qs.c.blocks)
-	qs.c.blocks, qs.c.bytes, qs.c.big = qs.c.blocks[:0], 0, 0
-	p.forget(gone...)
-	return gone
+	return p.uncacheIfLocked(qs, func(int, cachedBlock) bool { return true })
 }
 
 // giveBackStaleLocked gives the policy the blocks of qs's cache that
@@ -343,10 +333,21 @@ func (p *Pool) emptyCacheLocked(qs *qstate) (gone []*segment) {
 // policy gave up, as emptyCacheLocked does. p.mu must be held, and
 // qs.c.mu, with qs's sums flushed.
 func (p *Pool) giveBackStaleLocked(qs *qstate) (gone []*segment) {
+	return p.uncacheIfLocked(qs, func(_ int, cb cachedBlock) bool {
+		return qs.c.requests-cb.stamp > staleRequests // unsigned: right across a wrap
+	})
+}
+
+// uncacheIfLocked gives the policy the blocks of qs's cache that drop
+// reports (given each one's index), keeping the others in their order,
+// and returns the segments the policy gave up, out of the pool's accounts
+// (none today: see uncacheLocked), for the caller to free once it lets go
+// of the locks. p.mu must be held, and qs.c.mu, with qs's sums flushed.
+func (p *Pool) uncacheIfLocked(qs *qstate, drop func(i int, cb cachedBlock) bool) (gone []*segment) {
 	c := &qs.c
 	kept := c.blocks[:0]
-	for _, cb := range c.blocks {
-		if c.requests-cb.stamp <= staleRequests { // unsigned: right across a wrap
+	for i, cb := range c.blocks {
+		if !drop(i, cb) {
 			kept = append(kept, cb)
 			continue
 		}
@@ -380,25 +381,15 @@ func (p *Pool) uncacheLocked(gone []*segment, qs *qstate, b *block) []*segment {
 // evict gives the blocks of r's cache at the indices at (ascending, one at least)
 // back to the pool, in one hold of p.mu. r.c.mu must be held.
 func (p *Pool) evict(r *qstate, at []int) {
-	c := &r.c
 	p.lock()
 	p.flushCaches(r)
-	var gone []*segment
-	for _, i := range at {
-		cb := c.blocks[i]
-		c.count(cb, -cb.Size) // before the policy merges it
-		gone = p.uncacheLocked(gone, r, cb.block)
-		c.blocks[i].block = nil
-	}
-	p.forget(gone...)
-	p.mu.Unlock()
-	kept := c.blocks[:at[0]] // the blocks before the first evicted stay where they are
-	for _, cb := range c.blocks[at[0]:] {
-		if cb.block != nil {
-			kept = append(kept, cb)
+	gone := p.uncacheIfLocked(r, func(i int, _ cachedBlock) bool {
+		if len(at) > 0 && at[0] == i {
+			at = at[1:]
+			return true
 		}
-	}
-	clear(c.blocks[len(kept):]) // no stale pointer past the end
-	c.blocks = kept
+		return false
+	})
+	p.mu.Unlock()
 	_ = p.freeSegments(gone)
 }
