@@ -2,6 +2,7 @@ package mempool
 
 import (
 	"errors"
+	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -63,14 +64,12 @@ const (
 	cacheShare    = 128                 // an arena's queue cache holds at most 1/cacheShare of the managed bytes
 	bigSegment    = 8                   // and, apart, blocks that cover segments of at least 1/bigSegment of them,
 	bigShare      = 2                   // up to 1/bigShare of them
-	// smallArena is the managed bytes under which an arena's queue cache
-	// gives its stale blocks back to the policy at a miss of its queue
-	// (givesBack): in a pool of a few segments, every block waiting in
-	// the cache splits the free space the next request is placed in. A
-	// block is stale once its cache was asked for more than
-	// staleRequests requests since it came in, so a queue that asks for
-	// up to staleRequests+1 sizes in turn keeps hitting (BENCHMARKS.md,
-	// session 37, has the rules measured).
+	// smallArena: in an arena managing fewer bytes, a miss of a queue first
+	// gives its cache's stale blocks back to the policy (givesBack), as each
+	// block waiting splits the free space of a pool of a few segments. A block
+	// is stale once its cache was asked more than staleRequests requests since
+	// it came in: a queue asking for up to staleRequests+1 sizes in turn keeps
+	// hitting (BENCHMARKS.md, session 37, has the rules measured).
 	smallArena    = 4 << 20
 	staleRequests = 4
 )
@@ -110,6 +109,12 @@ type cachedBlock struct {
 	big   bool
 	stamp uint32 // the cache's requests when it came in (see giveBackStaleLocked)
 }
+
+// cacheSet is a set of a cache's blocks by index: bit i, index i (a bit
+// for each: the next line fails to compile if not).
+type cacheSet uint32
+
+var _ [32 - cacheBlocks]struct{}
 
 // sum returns the bytes of the cache's big blocks (big), or of the
 // others.
@@ -265,7 +270,7 @@ func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 // that evicts nothing pays no more than a comparison. r.c.mu must be held.
 func (p *Pool) makeRoom(r *qstate, big bool, share, limit int64) {
 	c := &r.c
-	var evict [cacheBlocks]int
+	var evict cacheSet
 	k := 0
 	for i := 0; i < len(c.blocks) && (len(c.blocks)-k == cacheBlocks || share > limit); i++ {
 		if old := c.blocks[i]; old.big == big {
@@ -273,11 +278,11 @@ func (p *Pool) makeRoom(r *qstate, big bool, share, limit int64) {
 		} else if len(c.blocks)-k < cacheBlocks {
 			continue // not the kind over its share
 		}
-		evict[k] = i
+		evict |= 1 << i
 		k++
 	}
 	if k > 0 {
-		p.evict(r, evict[:k])
+		p.evict(r, evict)
 	}
 }
 
@@ -319,35 +324,41 @@ func (p *Pool) drain() (moved bool, err error) {
 }
 
 // emptyCacheLocked brings qs's sums into the ledger and gives every block
-// of its cache back to the policy (uncacheLocked); it returns the segments
-// the policy gave up, out of the pool's accounts, for the caller to free
-// once it lets go of the locks. p.mu must be held, and qs.c.mu.
+// of its cache back to the policy, as uncacheIfLocked. p.mu must be held,
+// and qs.c.mu.
 func (p *Pool) emptyCacheLocked(qs *qstate) (gone []*segment) {
 	p.flushCaches(qs)
-	return p.uncacheIfLocked(qs, func(int, cachedBlock) bool { return true })
+	return p.uncacheIfLocked(qs, 1<<len(qs.c.blocks)-1)
 }
 
 // giveBackStaleLocked gives the policy the blocks of qs's cache that
-// came in more than staleRequests requests ago, stale (see smallArena).
-// It keeps the others in their order, and returns the segments the
-// policy gave up, as emptyCacheLocked does. p.mu must be held, and
-// qs.c.mu, with qs's sums flushed.
+// came in more than staleRequests requests ago (see smallArena), as
+// uncacheIfLocked. p.mu must be held, and qs.c.mu, with qs's sums flushed.
 func (p *Pool) giveBackStaleLocked(qs *qstate) (gone []*segment) {
-	return p.uncacheIfLocked(qs, func(_ int, cb cachedBlock) bool {
-		return qs.c.requests-cb.stamp > staleRequests // unsigned: right across a wrap
-	})
+	var stale cacheSet
+	for i, cb := range qs.c.blocks {
+		if qs.c.requests-cb.stamp > staleRequests { // unsigned: right across a wrap
+			stale |= 1 << i
+		}
+	}
+	return p.uncacheIfLocked(qs, stale)
 }
 
-// uncacheIfLocked gives the policy the blocks of qs's cache that drop
-// reports (given each one's index), keeping the others in their order,
-// and returns the segments the policy gave up, out of the pool's accounts
-// (none today: see uncacheLocked), for the caller to free once it lets go
-// of the locks. p.mu must be held, and qs.c.mu, with qs's sums flushed.
-func (p *Pool) uncacheIfLocked(qs *qstate, drop func(i int, cb cachedBlock) bool) (gone []*segment) {
+// uncacheIfLocked gives the policy the blocks of qs's cache in drop,
+// keeping the others in their order, and returns the segments the policy
+// gave up, out of the pool's accounts (none today: see uncacheLocked),
+// for the caller to free once it lets go of the locks. p.mu must be held,
+// and qs.c.mu, with qs's sums flushed.
+func (p *Pool) uncacheIfLocked(qs *qstate, drop cacheSet) (gone []*segment) {
+	if drop == 0 {
+		return nil
+	}
 	c := &qs.c
-	kept := c.blocks[:0]
-	for i, cb := range c.blocks {
-		if !drop(i, cb) {
+	first := bits.TrailingZeros32(uint32(drop)) // the blocks before it stay where they are
+	kept := c.blocks[:first]
+	for i := first; i < len(c.blocks); i++ {
+		cb := c.blocks[i]
+		if drop&(1<<i) == 0 {
 			kept = append(kept, cb)
 			continue
 		}
@@ -378,18 +389,12 @@ func (p *Pool) uncacheLocked(gone []*segment, qs *qstate, b *block) []*segment {
 	return gone
 }
 
-// evict gives the blocks of r's cache at the indices at (ascending, one at least)
-// back to the pool, in one hold of p.mu. r.c.mu must be held.
-func (p *Pool) evict(r *qstate, at []int) {
+// evict gives the blocks of r's cache at the indices in at (one at
+// least) back to the pool, in one hold of p.mu. r.c.mu must be held.
+func (p *Pool) evict(r *qstate, at cacheSet) {
 	p.lock()
 	p.flushCaches(r)
-	gone := p.uncacheIfLocked(r, func(i int, _ cachedBlock) bool {
-		if len(at) > 0 && at[0] == i {
-			at = at[1:]
-			return true
-		}
-		return false
-	})
+	gone := p.uncacheIfLocked(r, at)
 	p.mu.Unlock()
 	_ = p.freeSegments(gone)
 }
