@@ -22,6 +22,11 @@ const pinnedFlags = cl.MemAllocHostPtr | cl.MemReadWrite
 //
 //	pinned.Host(pb.Base())[pb.Offset() : pb.Offset()+pb.Size()]
 //
+// and pb.Close() may come right after a non-blocking transfer from or to
+// them is enqueued on pb's queue (or one pb.RecordQueue names): the pool
+// hands the block out again, or frees it, only once those queues'
+// commands have completed (mempool's package doc, "Pinned host memory").
+//
 // # Staging memory
 //
 // The host bytes are the host side of ordinary transfers of other,
@@ -57,6 +62,18 @@ func NewPinned(q *cl.CommandQueue) (*Pinned, error) {
 		return nil, fmt.Errorf("allocator: NewPinned: nil queue: %w", cl.ErrInvalidCommandQueue)
 	}
 	return &Pinned{q: q, host: make(map[*cl.Buffer][]byte)}, nil
+}
+
+// PinnedOf returns the Pinned that allocator a is, or wraps (through
+// Budget, Counting or another wrapper with an Unwrap method); nil if
+// none. A pool over such an allocator hands its blocks to the host (see
+// mempool's package doc).
+func PinnedOf(a any) (p *Pinned) {
+	walk(a, func(a any) bool {
+		p, _ = a.(*Pinned)
+		return p != nil
+	})
+	return p
 }
 
 // Context returns the context the buffers are made in.

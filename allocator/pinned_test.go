@@ -222,3 +222,19 @@ func TestPinnedConcurrent(t *testing.T) {
 		assert.NoError(t, err)
 	}
 }
+
+// PinnedOf finds a Pinned through the wrappers, and nothing in other
+// allocators.
+func TestPinnedOf(t *testing.T) {
+	q := cltest.Queue(t)
+	pinned, err := allocator.NewPinned(q)
+	require.NoError(t, err)
+	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
+	require.NoError(t, err)
+	assert.Same(t, pinned, allocator.PinnedOf(pinned))
+	assert.Same(t, pinned, allocator.PinnedOf(allocator.NewBudget(allocator.NewCounting(pinned), 1<<20)))
+	assert.Nil(t, allocator.PinnedOf(imm))
+	assert.Nil(t, allocator.PinnedOf(allocator.NewCounting(imm)))
+	assert.Nil(t, allocator.PinnedOf(nil))
+	assert.Nil(t, allocator.PinnedOf((*allocator.Pinned)(nil)))
+}

@@ -5,7 +5,6 @@ import (
 	"runtime"
 
 	"github.com/clpool/clpool/cl"
-
 	"github.com/clpool/clpool/mempool/internal/policy"
 )
 
@@ -31,8 +30,9 @@ type core struct {
 	arenas   *policy.Arenas[mem] // pol, if an arena: the hit path asks it for stale sub-buffers directly
 
 	// Set at New, never changed: read without the lock too.
-	maxAlloc int64 // the device's largest buffer; 0 if unknown
-	align    int64 // the arena's block unit; 0 with exact bins
+	maxAlloc  int64 // the device's largest buffer; 0 if unknown
+	align     int64 // the arena's block unit; 0 with exact bins
+	hostOwned bool  // a pool over pinned host memory: the host takes every block handed out (see handover)
 }
 
 // lifecycle is a pool's stage: each Pool method that moves it moves it
@@ -145,7 +145,7 @@ func (c *core) serveBlock(req *request, b *block) decision {
 	}
 	req.pb = c.handOut(req.pb)
 	c.note(b, req)
-	return decision{b: b, uses: handover(b, req.q)}
+	return decision{b: b, uses: handover(b, req.q, c.hostOwned)}
 }
 
 // reserve counts seg's bytes as managed before they are allocated, so

@@ -112,7 +112,8 @@
 // an out-of-order queue keep the one before: two handovers in a row keep
 // both waits). A marker seen complete needs no
 // waiting; the pool never waits on the host for a queue to hand a
-// block over (only before it frees SVM, below), never calls clFinish.
+// block over (only before it frees SVM, and in a pool over pinned host
+// memory, below), never calls clFinish (but in such a pool).
 // (On POCL, an out-of-order queue that is never finished slows down as
 // its markers and barriers pile up: four batches of 500 reuses on one
 // took 1, 9, 20 and 73 s; the same markers and barriers enqueued through
@@ -179,6 +180,26 @@
 // blocks allocated on one (Pool.On, or an allocator.ImmediateSVM's queue):
 // over a plain allocator.SVM, Close a block only once its commands have
 // completed.
+//
+// # Pinned host memory
+//
+// A pool over an allocator.Pinned (allocator.PinnedOf finds one through
+// wrappers) is a pinned memory pool, as CuPy's PinnedMemoryPool and
+// torch's caching host allocator are. Its blocks go to the host, which
+// reads and writes their bytes (pinned.Host(b.Base())[b.Offset():]) in
+// no queue's order: a block that commands may still use when it was
+// closed (its queue's, the allocator's queue for pool.Allocate, and
+// RecordQueue's) is handed out again only once the host has waited for
+// those queues (clFinish, each; about 60 ns on an idle POCL queue), so a
+// Close right after enqueueing a non-blocking transfer from the bytes is
+// legal, as a torch tensor's free after copy_(non_blocking=True) is.
+// Where torch takes another block while the copy runs, the request
+// waits for it. A transfer on a queue the pool does not know of (not the
+// block's, and not named by RecordQueue) must complete before Close. A
+// segment is freed (unmapped) only once those queues' commands have
+// completed, as SVM is. Such a pool has no queue caches (a hit would skip
+// the wait), and no sanitizer (its commands on a mapped buffer are
+// undefined): WithSanitizer fails, and CLPOOL_SANITIZE leaves it alone.
 //
 // # Lifecycle
 //

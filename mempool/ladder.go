@@ -295,11 +295,19 @@ const maxRequest = 1 << 60
 func (p *Pool) blockSize(size int64) int64 { return p.core.blockSize(size) }
 
 // handOver orders block b, taken for req's queue, after the commands of
-// uses. If that fails, the block goes back to the pool as it was.
+// uses; in a pool over pinned memory, the host waits for them (finish),
+// as it reads and writes the block's bytes directly, in no queue's order.
+// If that fails, the block goes back to the pool as it was.
 func (p *Pool) handOver(req *request, b *block, uses []policy.Use) error {
-	fs, err := p.order(uses, req.q.orNil(), false)
+	r, fs, err := req.q, []fenced(nil), error(nil)
+	if p.hostOwned {
+		r = p.host
+		fs, err = p.finish(uses)
+	} else {
+		fs, err = p.order(uses, req.q.orNil(), false)
+	}
 	p.lock()
-	p.l.handedOver(req.q, fs)
+	p.l.handedOver(r, fs)
 	p.mu.Unlock()
 	if err == nil {
 		return nil

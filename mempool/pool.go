@@ -100,6 +100,13 @@ func newPool(call string, src source, opts []Option) (*Pool, error) {
 	if err := c.validate(call); err != nil {
 		return nil, err
 	}
+	// The sanitizer's fills and checks are commands on the pool's
+	// buffers, undefined on pinned ones, which stay mapped.
+	pinned := allocator.PinnedOf(src.outer()) != nil
+	if pinned && c.san.on {
+		return nil, fmt.Errorf("mempool: %s: WithSanitizer over pinned host memory: its commands on a mapped buffer are undefined", call)
+	}
+	c.san.off = c.san.off || pinned           // CLPOOL_SANITIZE leaves a pinned pool alone
 	sanitize, err := c.resolveSanitizer(call) // before the fields it sets are read
 	if err != nil {
 		return nil, err
@@ -126,7 +133,11 @@ func newPool(call string, src source, opts []Option) (*Pool, error) {
 		p.san = newSanitizer(p, c.san)
 		p.l.heldLarge = true
 	}
-	if c.noCaches {
+	// Blocks of pinned memory go to the host, which touches their
+	// bytes in no queue's order: every reuse waits for the commands that
+	// may still use the block (handover), which no cache hit would.
+	p.hostOwned = pinned
+	if c.noCaches || p.hostOwned {
 		p.cacheState.Store(cachesGone)
 	}
 	p.host = newQstate(nil, 0, p.arena)

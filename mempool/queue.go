@@ -63,12 +63,14 @@ type QueueStats struct {
 
 // handover is what a block taken for queue r needs before r may use it:
 // the uses to wait for. It is nil, and costs nothing, when only r (in
-// order) may still use the block.
-func handover(b *block, r *qstate) []policy.Use {
+// order) may still use the block, unless host: in a pool over pinned
+// memory, the host touches the block's bytes before any queue does, so
+// it waits for every use (see Pool.handOver).
+func handover(b *block, r *qstate, host bool) []policy.Use {
 	if len(b.Uses) == 0 {
 		return nil
 	}
-	if r != nil && !r.ooo && len(b.Uses) == 1 && b.Uses[0].Queue == r.id {
+	if !host && r != nil && !r.ooo && len(b.Uses) == 1 && b.Uses[0].Queue == r.id {
 		b.Uses = b.Uses[:0]
 		return nil
 	}
@@ -161,6 +163,31 @@ func (p *Pool) order(uses []policy.Use, r *qstate, holdR bool) ([]fenced, error)
 	}
 	for i := range fs {
 		fs[i].failed = failed[i] // its markers still count (s36d)
+	}
+	return fs, errors.Join(errs...)
+}
+
+// finish waits on the host for every command enqueued so far on the
+// queues of uses (clFinish, each queue held around it): the handover of a
+// pool over pinned memory, whose next user is the host. It waits for more
+// than order would (commands enqueued after the block was given back
+// too), never less, and costs less where it matters: on an idle POCL
+// queue, clFinish takes about 60 ns, a marker and its wait 37 µs. Each
+// queue waited for has a fenced, not ready.
+func (p *Pool) finish(uses []policy.Use) ([]fenced, error) {
+	var fs []fenced
+	var errs []error
+	for _, u := range latestUses(uses, nil) {
+		qs := p.queueByID(u.Queue)
+		if qs == nil || !qs.q.Hold() {
+			continue // forgotten, or released: its commands finished
+		}
+		err := qs.q.Finish()
+		qs.q.Unhold()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("mempool: waiting for the commands that may use a pinned block: %w", err))
+		}
+		fs = append(fs, fenced{from: qs, failed: err != nil})
 	}
 	return fs, errors.Join(errs...)
 }

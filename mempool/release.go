@@ -139,10 +139,12 @@ func (p *Pool) freeSegments(segs []*segment) error {
 	freed, failed := 0, 0
 	hooks := p.hooks.Load()
 	for _, s := range segs {
-		if s.Data.svm != nil {
+		if s.Data.svm != nil || p.hostOwned {
 			// clSVMFree frees at once, where clReleaseMemObject waits
-			// for the commands that use the buffer. Memory that may be
-			// in use is better leaked than freed.
+			// for the commands that use the buffer; so does the unmap
+			// of pinned memory for those of queues other than its
+			// allocator's. Memory that may be in use is better leaked
+			// than freed.
 			if err := p.waitForUses(s); err != nil {
 				errs = append(errs, err, p.segmentFreed(hooks, s, err))
 				continue
@@ -179,7 +181,7 @@ func (p *Pool) freeSegment(m mem) (err error) {
 }
 
 // waitForUses waits on the host for the commands that may still use
-// seg's memory: those enqueued before its blocks were given back, on the
+// seg's memory (SVM, or pinned): those enqueued before its blocks were given back, on the
 // queues their uses record (see core.recordUses; a merged block has the
 // uses of its parts). seg is out of the pool: nothing else reads it.
 func (p *Pool) waitForUses(seg *segment) error {
@@ -195,7 +197,7 @@ func (p *Pool) waitForUses(seg *segment) error {
 	p.l.handedOver(p.host, fs)
 	p.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("%w; the %d-byte SVM that they may still use is left allocated (leaked), not freed under them", err, seg.Size)
+		return fmt.Errorf("%w; the %d-byte segment that they may still use is left allocated (leaked), not freed under them", err, seg.Size)
 	}
 	return nil
 }

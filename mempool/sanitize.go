@@ -70,8 +70,9 @@ import (
 // before s.mu.
 
 // SanitizeEnv is the environment variable that turns the sanitizer on for
-// pools made without WithSanitizer: "1" (or "true") turns it on, "0",
-// "false" or empty leaves it off; any other value makes New fail.
+// pools made without WithSanitizer (but those over pinned host memory):
+// "1" (or "true") turns it on, "0", "false" or empty leaves it off; any
+// other value makes New fail.
 const SanitizeEnv = "CLPOOL_SANITIZE"
 
 // The sanitizer's sizes.
@@ -120,7 +121,9 @@ const (
 // reused; queue caches and the arena's quick lists are off; drop safety is
 // on whatever WithDropSafety says; every Allocate takes its caller's stack.
 // It serves pools of buffers and of SVM alike, and arrays over either
-// work unchanged. See the package doc's Sanitizer section.
+// work unchanged; not pools over pinned host memory (New fails: its
+// commands on a mapped buffer are undefined), which SanitizeEnv leaves
+// alone. See the package doc's Sanitizer section.
 func WithSanitizer() Option { return func(c *config) { c.san.on, c.san.off = true, false } }
 
 // WithoutSanitizer keeps the pool's memory sanitizer off whatever
