@@ -1,6 +1,7 @@
 package mempool_test
 
 import (
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,28 @@ import (
 	"github.com/clpool/clpool/mempool"
 	"github.com/stretchr/testify/require"
 )
+
+// errSink collects the errors of several goroutines: add is safe for
+// concurrent use, and drops nil.
+type errSink struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (s *errSink) add(err error) {
+	if err != nil {
+		s.mu.Lock()
+		s.errs = append(s.errs, err)
+		s.mu.Unlock()
+	}
+}
+
+// err returns the errors added, joined (nil if none).
+func (s *errSink) err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return errors.Join(s.errs...)
+}
 
 // fixture is a pool over a counting Immediate allocator on the test device.
 type fixture struct {

@@ -2,7 +2,6 @@ package mempool_test
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -38,17 +37,8 @@ func TestHostileS36cQueuePerTaskDataIntegrity(t *testing.T) {
 				remove := pool.AddHook(mempool.HookFunc(func(e mempool.Event) { _ = pool.Stats() }))
 				defer remove()
 				tasks := cltest.Size(ctxq, 8, 40)
-				var (
-					errMu sync.Mutex
-					errs  []error
-				)
-				fail := func(err error) {
-					if err != nil {
-						errMu.Lock()
-						errs = append(errs, err)
-						errMu.Unlock()
-					}
-				}
+				var sink errSink
+				fail := sink.add
 				toClose := make(chan *mempool.PooledBuffer, 256)
 				var mapMu sync.Mutex
 				ok := withinWork(t, "the tasks", func() {
@@ -120,7 +110,7 @@ func TestHostileS36cQueuePerTaskDataIntegrity(t *testing.T) {
 				if !ok {
 					return
 				}
-				assert.NoError(t, errors.Join(errs...))
+				assert.NoError(t, sink.err())
 				assert.Empty(t, pool.Findings())
 				assert.False(t, strings.Contains(out.String(), "cannot check"), out.String())
 				assert.Equal(t, 0, pool.Stats().ActiveBlocks)

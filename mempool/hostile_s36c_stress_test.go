@@ -1,7 +1,6 @@
 package mempool_test
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -32,17 +31,8 @@ func TestHostileS36cQueuePerTaskSanitizerStress(t *testing.T) {
 			f := newFixture(t, nil, opts...)
 			shared := cltest.SecondQueue(t, f.q, 0)
 			tasks := cltest.Size(f.q, 10, 60)
-			var (
-				errMu sync.Mutex
-				errs  []error
-			)
-			fail := func(err error) {
-				if err != nil {
-					errMu.Lock()
-					errs = append(errs, err)
-					errMu.Unlock()
-				}
-			}
+			var sink errSink
+			fail := sink.add
 			toClose := make(chan *mempool.PooledBuffer, 64)
 			var done atomic.Bool
 			ok := withinWork(t, "the workload", func() {
@@ -113,7 +103,7 @@ func TestHostileS36cQueuePerTaskSanitizerStress(t *testing.T) {
 			if !ok {
 				return
 			}
-			assert.NoError(t, errors.Join(errs...))
+			assert.NoError(t, sink.err())
 			assert.Empty(t, f.pool.Findings(), "every write was in bounds")
 			assert.NotContains(t, out.String(), "cannot check")
 			s := f.pool.Stats()
@@ -166,15 +156,8 @@ func TestHostileS36cCrossTaskReleasesWithSlowKernels(t *testing.T) {
 	defer prog.Release()
 	const workers = 4
 	var cur [workers]atomic.Pointer[cl.CommandQueue]
-	var mu sync.Mutex
-	var errs []error
-	fail := func(err error) {
-		if err != nil {
-			mu.Lock()
-			errs = append(errs, err)
-			mu.Unlock()
-		}
-	}
+	var sink errSink
+	fail := sink.add
 	toClose := make(chan *mempool.PooledBuffer, 64)
 	var stop atomic.Bool
 	tasks := cltest.Size(f.q, 5, 40)
@@ -243,7 +226,7 @@ func TestHostileS36cCrossTaskReleasesWithSlowKernels(t *testing.T) {
 	if !ok {
 		return
 	}
-	assert.NoError(t, errors.Join(errs...))
+	assert.NoError(t, sink.err())
 	assert.NotContains(t, out.String(), "cannot check")
 	assert.Empty(t, f.pool.Findings())
 }

@@ -24,8 +24,7 @@ func TestHostileS36dOnDuringClose(t *testing.T) {
 		var closedAt atomic.Int64
 		closedAt.Store(-1)
 		var after, made atomic.Int64
-		var errMu sync.Mutex
-		var bad []error
+		var bad errSink
 		ok := withinWork(t, "the workload", func() {
 			var wg sync.WaitGroup
 			start := make(chan struct{})
@@ -42,15 +41,11 @@ func TestHostileS36dOnDuringClose(t *testing.T) {
 						b, err := f.pool.On(q).Allocate(int64(256 + i))
 						if err == nil {
 							if wasClosed {
-								errMu.Lock()
-								bad = append(bad, errors.New("Allocate served after Close returned"))
-								errMu.Unlock()
+								bad.add(errors.New("Allocate served after Close returned"))
 							}
 							_ = b.Close()
 						} else if !errors.Is(err, mempool.ErrPoolClosed) {
-							errMu.Lock()
-							bad = append(bad, err)
-							errMu.Unlock()
+							bad.add(err)
 						}
 						if wasClosed {
 							after.Add(1)
@@ -70,7 +65,7 @@ func TestHostileS36dOnDuringClose(t *testing.T) {
 		if !ok {
 			return
 		}
-		assert.NoError(t, errors.Join(bad...))
+		assert.NoError(t, bad.err())
 		assert.LessOrEqual(t, mempool.QueueStates(f.pool), int(closedAt.Load()), "queue states registered after Close returned (%d Ons after)", after.Load())
 		t.Logf("states at close %d, at end %d, Ons after %d", closedAt.Load(), mempool.QueueStates(f.pool), after.Load())
 	}

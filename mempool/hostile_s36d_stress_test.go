@@ -1,7 +1,6 @@
 package mempool_test
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -26,15 +25,8 @@ func TestHostileS36dWriteAfterCloseAcrossReleases(t *testing.T) {
 			opts := append(policyOptions(arena), mempool.WithSanitizer(), mempool.WithSanitizerOutput(out))
 			f := newFixture(t, nil, opts...)
 			tasks := cltest.Size(f.q, 8, 40)
-			var errMu sync.Mutex
-			var errs []error
-			fail := func(err error) {
-				if err != nil {
-					errMu.Lock()
-					errs = append(errs, err)
-					errMu.Unlock()
-				}
-			}
+			var sink errSink
+			fail := sink.add
 			var badMu sync.Mutex
 			bad := map[uint64]bool{} // ids are addresses: reused
 			writes := 0
@@ -94,7 +86,7 @@ func TestHostileS36dWriteAfterCloseAcrossReleases(t *testing.T) {
 			if !ok {
 				return
 			}
-			assert.NoError(t, errors.Join(errs...))
+			assert.NoError(t, sink.err())
 			final := f.pool.Findings()
 			got := map[uint64]int{}
 			for _, g := range final {
