@@ -190,8 +190,8 @@
 // no queue's order: a block that commands may still use when it was
 // closed (its queue's, the allocator's queue for pool.Allocate, and
 // RecordQueue's) is handed out again only once the host has waited for
-// those queues (clFinish, each; about 60 ns on an idle POCL queue), so a
-// Close right after enqueueing a non-blocking transfer from the bytes is
+// those queues (clFinish, each, which an idle queue answers at once), so
+// a Close right after enqueueing a non-blocking transfer from the bytes is
 // legal, as a torch tensor's free after copy_(non_blocking=True) is.
 // Where torch takes another block while the copy runs, the request
 // waits for it. A transfer on a queue the pool does not know of (not the

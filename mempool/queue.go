@@ -171,9 +171,10 @@ func (p *Pool) order(uses []policy.Use, r *qstate, holdR bool) ([]fenced, error)
 // queues of uses (clFinish, each queue held around it): the handover of a
 // pool over pinned memory, whose next user is the host. It waits for more
 // than order would (commands enqueued after the block was given back
-// too), never less, and costs less where it matters: on an idle POCL
-// queue, clFinish takes about 60 ns, a marker and its wait 37 µs. Each
-// queue waited for has a fenced, not ready.
+// too), never less, and costs less where it matters: an idle queue
+// answers clFinish at once, where a marker's wait takes the runtime's
+// round trip (BENCHMARKS.md, session 38). Each queue waited for has a
+// fenced, not ready.
 func (p *Pool) finish(uses []policy.Use) ([]fenced, error) {
 	var fs []fenced
 	var errs []error
