@@ -108,11 +108,26 @@ func quiet(t *testing.T, p *mempool.Pool) {
 	t.Cleanup(remove)
 }
 
-func mustAlloc(t *testing.T, p *mempool.Pool, size int64) *mempool.PooledBuffer {
+// allocatorOf is what serves requests: a Pool, or one of its queues' (On).
+type allocatorOf interface {
+	Allocate(size int64) (*mempool.PooledBuffer, error)
+}
+
+func mustAlloc(t *testing.T, a allocatorOf, size int64) *mempool.PooledBuffer {
 	t.Helper()
-	b, err := p.Allocate(size)
+	b, err := a.Allocate(size)
 	require.NoError(t, err, "Allocate(%d)", size)
 	return b
+}
+
+// mustAllocN allocates n blocks of size from a, all live.
+func mustAllocN(t *testing.T, a allocatorOf, n int, size int64) []*mempool.PooledBuffer {
+	t.Helper()
+	bs := make([]*mempool.PooledBuffer, n)
+	for i := range bs {
+		bs[i] = mustAlloc(t, a, size)
+	}
+	return bs
 }
 
 func mustClose(t *testing.T, bs ...*mempool.PooledBuffer) {

@@ -32,8 +32,7 @@ func TestPeersS38CupyBytesStream(t *testing.T) {
 		u := peerUnit(q)
 		on2 := p.On(cltest.SecondQueue(t, q, 0))
 		mustClose(t, mustAlloc(t, p, 4*u))
-		p2, err := on2.Allocate(2 * u)
-		require.NoError(t, err)
+		p2 := mustAlloc(t, on2, 2*u)
 		s := p.Stats()
 		assert.Equal(t, 2*u, s.ActiveBytes, "used_bytes")
 		assert.Equal(t, 1, s.ActiveBlocks)
@@ -56,20 +55,16 @@ func TestPeersS38CupyFreeAllBlocksAllStreams(t *testing.T) {
 		p, q, count := peerPool(t, pp, nil)
 		u := peerUnit(q)
 		on1, on2 := p.On(q), p.On(cltest.SecondQueue(t, q, 0))
-		b1, err := on1.Allocate(4 * u)
-		require.NoError(t, err)
-		b2, err := on2.Allocate(4 * u)
-		require.NoError(t, err)
+		b1 := mustAlloc(t, on1, 4*u)
+		b2 := mustAlloc(t, on2, 4*u)
 		mustClose(t, b1, b2)
 		require.NoError(t, p.FreeHeld())
 		assert.Zero(t, p.HeldBlocks(), "n_free_blocks")
 		assert.Zero(t, p.ManagedBytes(), "total_bytes")
 		assert.Zero(t, count.Stats().Live)
 		allocs := count.Stats().Allocs
-		b3, err := on1.Allocate(4 * u)
-		require.NoError(t, err)
-		b4, err := on2.Allocate(4 * u)
-		require.NoError(t, err)
+		b3 := mustAlloc(t, on1, 4*u)
+		b4 := mustAlloc(t, on2, 4*u)
 		assert.Greater(t, count.Stats().Allocs, allocs, "new memory")
 		mustClose(t, b3, b4)
 	})
@@ -83,10 +78,8 @@ func TestPeersS38CupyFreeAllBlocksStreamArena(t *testing.T) {
 	p, q, count := peerPool(t, peerPolicies[1], nil)
 	on1, on2 := p.On(q), p.On(cltest.SecondQueue(t, q, 0))
 	const size = 8 << 20
-	b1, err := on1.Allocate(size)
-	require.NoError(t, err)
-	b2, err := on2.Allocate(size)
-	require.NoError(t, err)
+	b1 := mustAlloc(t, on1, size)
+	b2 := mustAlloc(t, on2, size)
 	require.NotSame(t, b1.Base(), b2.Base(), "a segment each")
 	base2 := b2.Base()
 	mustClose(t, b1, b2)
@@ -95,8 +88,7 @@ func TestPeersS38CupyFreeAllBlocksStreamArena(t *testing.T) {
 	assert.Less(t, p.ManagedBytes(), managed, "the first queue's segment is freed")
 	assert.GreaterOrEqual(t, p.ManagedBytes(), int64(size), "the second queue's stays")
 	allocs := count.Stats().Allocs
-	b4, err := on2.Allocate(size)
-	require.NoError(t, err)
+	b4 := mustAlloc(t, on2, size)
 	assert.Same(t, base2, b4.Base(), "the second queue's segment serves it")
 	assert.Equal(t, allocs, count.Stats().Allocs)
 	mustClose(t, b4)
@@ -112,17 +104,13 @@ func TestPeersS38CupyEachStreamItsOwnBlock(t *testing.T) {
 		p, q, _ := peerPool(t, pp, nil)
 		u := peerUnit(q)
 		on1, on2 := p.On(q), p.On(cltest.SecondQueue(t, q, 0))
-		a, err := on1.Allocate(4 * u)
-		require.NoError(t, err)
-		b, err := on2.Allocate(4 * u)
-		require.NoError(t, err)
+		a := mustAlloc(t, on1, 4*u)
+		b := mustAlloc(t, on2, 4*u)
 		aBase, aOff, bBase, bOff := a.Base(), a.Offset(), b.Base(), b.Offset()
 		mustClose(t, a, b)
 		before := p.Stats()
-		b2, err := on2.Allocate(4 * u)
-		require.NoError(t, err)
-		a2, err := on1.Allocate(4 * u)
-		require.NoError(t, err)
+		b2 := mustAlloc(t, on2, 4*u)
+		a2 := mustAlloc(t, on1, 4*u)
 		assert.True(t, b2.Base() == bBase && b2.Offset() == bOff, "the second queue takes its own block")
 		assert.True(t, a2.Base() == aBase && a2.Offset() == aOff, "the first queue takes its own block")
 		after := p.Stats()
@@ -146,20 +134,10 @@ func TestPeersS38PyOpenCLCountersAfterQueueHits(t *testing.T) {
 	forPeerPolicies(t, func(t *testing.T, pp peerPolicy) {
 		p, q, _ := peerPool(t, pp, nil)
 		on2 := p.On(cltest.SecondQueue(t, q, 0))
-		var warm []*mempool.PooledBuffer
-		for range 3 {
-			b, err := on2.Allocate(4096)
-			require.NoError(t, err)
-			warm = append(warm, b)
-		}
+		warm := mustAllocN(t, on2, 3, 4096)
 		mustClose(t, warm...)
 		_ = p.Stats()
-		var live []*mempool.PooledBuffer
-		for range 3 {
-			b, err := on2.Allocate(4096)
-			require.NoError(t, err)
-			live = append(live, b)
-		}
+		live := mustAllocN(t, on2, 3, 4096)
 		// No Stats in between: the single counters on their own.
 		assert.Equal(t, 3, p.ActiveBlocks(), "active_blocks")
 		assert.Equal(t, int64(3*4096), p.ActiveBytes(), "active_bytes")
@@ -182,12 +160,7 @@ func TestPeersS38PyOpenCLStopHoldingQueues(t *testing.T) {
 		p, q, count := peerPool(t, pp, nil)
 		on2 := p.On(cltest.SecondQueue(t, q, 0))
 		// Blocks waiting in the queue's cache before StopHolding.
-		var warm []*mempool.PooledBuffer
-		for range 4 {
-			b, err := on2.Allocate(4096)
-			require.NoError(t, err)
-			warm = append(warm, b)
-		}
+		warm := mustAllocN(t, on2, 4, 4096)
 		mustClose(t, warm...)
 		require.NoError(t, p.StopHolding())
 		assert.Zero(t, p.HeldBlocks(), "stop_holding frees what is held, cached blocks included")
@@ -195,8 +168,7 @@ func TestPeersS38PyOpenCLStopHoldingQueues(t *testing.T) {
 		assert.Zero(t, count.Stats().Live)
 		assert.False(t, p.Stats().Holding)
 		for i := range 3 {
-			b, err := on2.Allocate(4096)
-			require.NoError(t, err)
+			b := mustAlloc(t, on2, 4096)
 			require.NoError(t, b.Close())
 			assert.Zero(t, p.HeldBlocks(), "close %d after stop_holding: nothing held", i)
 			assert.Zero(t, p.ManagedBytes(), "close %d after stop_holding: freed", i)
@@ -266,20 +238,10 @@ func TestPeersS38CupyOOMErrorCountsAfterQueueHits(t *testing.T) {
 			return allocator.NewBudget(a, budget)
 		})
 		on2 := p.On(cltest.SecondQueue(t, q, 0))
-		var warm []*mempool.PooledBuffer
-		for range 5 {
-			b, err := on2.Allocate(4096)
-			require.NoError(t, err)
-			warm = append(warm, b)
-		}
+		warm := mustAllocN(t, on2, 5, 4096)
 		mustClose(t, warm...)
 		_ = p.Stats()
-		var live []*mempool.PooledBuffer
-		for range 5 {
-			b, err := on2.Allocate(4096)
-			require.NoError(t, err)
-			live = append(live, b)
-		}
+		live := mustAllocN(t, on2, 5, 4096)
 		_, err := p.On(q).Allocate(budget)
 		require.ErrorIs(t, err, mempool.ErrOutOfMemory)
 		var oom *mempool.OutOfMemoryError

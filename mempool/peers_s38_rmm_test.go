@@ -323,8 +323,7 @@ func TestPeersS38RmmDeletedStream(t *testing.T) {
 				require.NoError(t, err)
 				const size = 10000
 				on2 := p.On(q2)
-				b, err := on2.Allocate(size)
-				require.NoError(t, err)
+				b := mustAlloc(t, on2, size)
 				require.NoError(t, b.Close())
 				require.NoError(t, q2.Release())
 				allocs := count.Stats().Allocs
@@ -362,8 +361,7 @@ func TestPeersS38RmmTwoLargeBuffers(t *testing.T) {
 		p, _, count := peerPool(t, pp, func(a allocator.Allocator) allocator.Allocator {
 			return allocator.NewBudget(a, 2*limit)
 		}, mempool.WithLimit(limit))
-		b1, err := p.Allocate(quarter)
-		require.NoError(t, err)
+		b1 := mustAlloc(t, p, quarter)
 		b2, err := p.Allocate(quarter)
 		require.NoError(t, err, "the second quarter fits the limit exactly")
 		assert.LessOrEqual(t, p.ManagedBytes(), limit)
@@ -397,9 +395,7 @@ func TestPeersS38RmmDefragment(t *testing.T) {
 			require.NoError(t, err)
 			live = append(live, b)
 		}
-		b, err := p.Allocate(2 << 20)
-		require.NoError(t, err)
-		live = append(live, b)
+		live = append(live, mustAlloc(t, p, 2<<20))
 		mustClose(t, live...)
 		require.NotZero(t, p.HeldBytes())
 		big := int64(budget - 3<<20)
@@ -409,7 +405,7 @@ func TestPeersS38RmmDefragment(t *testing.T) {
 				big -= 1 << 20
 			}
 		}
-		b, err = ons[1].Allocate(big)
+		b, err := ons[1].Allocate(big)
 		require.NoError(t, err, "everything held is given back for the large request")
 		assert.Equal(t, 1, p.ActiveBlocks())
 		s38CheckDevice(t, p, count, "large live")

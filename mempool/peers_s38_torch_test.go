@@ -71,8 +71,7 @@ func TestPeersS38TorchStatsInterleavedQueues(t *testing.T) {
 		var m s38Model
 		// Warm each queue's cache with a block of its size.
 		for i, on := range ons {
-			b, err := on.Allocate(sizes[i])
-			require.NoError(t, err)
+			b := mustAlloc(t, on, sizes[i])
 			m.alloc(sizes[i])
 			require.NoError(t, b.Close())
 			m.free(sizes[i])
@@ -83,8 +82,7 @@ func TestPeersS38TorchStatsInterleavedQueues(t *testing.T) {
 			// then gives it back in turn: the peak is their sum.
 			var bs []*mempool.PooledBuffer
 			for i, on := range ons {
-				b, err := on.Allocate(sizes[i])
-				require.NoError(t, err)
+				b := mustAlloc(t, on, sizes[i])
 				m.alloc(sizes[i])
 				bs = append(bs, b)
 			}
@@ -117,22 +115,12 @@ func TestPeersS38TorchResetPeakAfterQueueBurst(t *testing.T) {
 		on2 := p.On(cltest.SecondQueue(t, q, 0))
 		keep := mustAlloc(t, p, 1000)
 		// Warm on2's cache, and read, so that its sums are in.
-		var warm []*mempool.PooledBuffer
-		for range 4 {
-			b, err := on2.Allocate(4096)
-			require.NoError(t, err)
-			warm = append(warm, b)
-		}
+		warm := mustAllocN(t, on2, 4, 4096)
 		mustClose(t, warm...)
 		_ = p.Stats()
 		p.ResetPeak()
 		// The burst: hits in on2's cache, four live at once, all given back.
-		var burst []*mempool.PooledBuffer
-		for range 4 {
-			b, err := on2.Allocate(4096)
-			require.NoError(t, err)
-			burst = append(burst, b)
-		}
+		burst := mustAllocN(t, on2, 4, 4096)
 		mustClose(t, burst...)
 		p.ResetPeak() // no Stats between the burst and the reset
 		s := p.Stats()
@@ -159,14 +147,12 @@ func TestPeersS38TorchResetAccumulatedAfterQueueWork(t *testing.T) {
 	forPeerPolicies(t, func(t *testing.T, pp peerPolicy) {
 		p, q, _ := peerPlainPool(t, pp, nil)
 		on := p.On(cltest.SecondQueue(t, q, 0))
-		b, err := on.Allocate(4096)
-		require.NoError(t, err)
+		b := mustAlloc(t, on, 4096)
 		require.NoError(t, b.Close())
 		_ = p.Stats()
 		// Hits in the cache, not yet read.
 		for range 10 {
-			b, err := on.Allocate(4096)
-			require.NoError(t, err)
+			b := mustAlloc(t, on, 4096)
 			require.NoError(t, b.Close())
 		}
 		p.ResetAccumulated() // no Stats between the work and the reset
@@ -181,9 +167,7 @@ func TestPeersS38TorchResetAccumulatedAfterQueueWork(t *testing.T) {
 			assert.Zero(t, qs.Hits, "queue %q hits after reset_accumulated", qs.Name)
 		}
 		// One more request: counted from zero.
-		b, err = on.Allocate(4096)
-		require.NoError(t, err)
-		require.NoError(t, b.Close())
+		require.NoError(t, mustAlloc(t, on, 4096).Close())
 		s = p.Stats()
 		assert.Equal(t, int64(1), s.Allocation.All.Allocated)
 		assert.Equal(t, int64(1), s.Allocation.All.Freed)
@@ -209,10 +193,8 @@ func TestPeersS38TorchRecordStreamMerged(t *testing.T) {
 			n, iters := 256, cltest.Size(q, 100, 1000000)
 			size := int64(4 * n)
 			on1 := p.On(q)
-			a, err := on1.Allocate(size)
-			require.NoError(t, err)
-			b, err := on1.Allocate(size)
-			require.NoError(t, err)
+			a := mustAlloc(t, on1, size)
+			b := mustAlloc(t, on1, size)
 			require.Same(t, a.Base(), b.Base(), "one segment")
 			out, err := q.Context().CreateBuffer(cl.MemReadWrite, size)
 			require.NoError(t, err)
@@ -230,8 +212,7 @@ func TestPeersS38TorchRecordStreamMerged(t *testing.T) {
 			if next == "third" {
 				alloc = p.On(q3)
 			}
-			c, err := alloc.Allocate(2 * size)
-			require.NoError(t, err)
+			c := mustAlloc(t, alloc, 2*size)
 			overlaps := c.Base() == out || (c.Offset() < aOff+size && aOff < c.Offset()+c.Size())
 			if !overlaps {
 				t.Logf("the merged request took memory apart from the recorded block: weaker check")
@@ -258,8 +239,7 @@ func TestPeersS38TorchRecordStreamOOM(t *testing.T) {
 		on := p.On(q)
 		var bs []*mempool.PooledBuffer
 		for range 10 {
-			b, err := on.Allocate(1 << 20)
-			require.NoError(t, err)
+			b := mustAlloc(t, on, 1<<20)
 			require.NoError(t, b.RecordQueue(q2))
 			bs = append(bs, b)
 		}
