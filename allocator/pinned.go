@@ -64,16 +64,21 @@ func NewPinned(q *cl.CommandQueue) (*Pinned, error) {
 	return &Pinned{q: q, host: make(map[*cl.Buffer][]byte)}, nil
 }
 
-// PinnedOf returns the Pinned that allocator a is, or wraps (through
-// Budget, Counting or another wrapper with an Unwrap method); nil if
-// none. A pool over such an allocator hands its blocks to the host (see
-// mempool's package doc).
-func PinnedOf(a any) (p *Pinned) {
+// HostOf returns the Host method of allocator a, or of one it wraps
+// (through wrappers whose Unwrap returns an Allocator, as Budget's and
+// Counting's does): a Pinned's, or any allocator's whose buffers stay
+// mapped to memory the host reads and writes directly (one that embeds a
+// *Pinned, say); nil if none has one. A pool over such an allocator hands
+// its blocks to the host (see mempool's package doc).
+func HostOf(a any) (host func(*cl.Buffer) []byte) {
 	walk(a, func(a any) bool {
-		p, _ = a.(*Pinned)
-		return p != nil
+		if h, ok := a.(interface{ Host(*cl.Buffer) []byte }); ok {
+			host = h.Host
+			return true
+		}
+		return false
 	})
-	return p
+	return host
 }
 
 // Context returns the context the buffers are made in.

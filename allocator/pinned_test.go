@@ -223,18 +223,24 @@ func TestPinnedConcurrent(t *testing.T) {
 	}
 }
 
-// PinnedOf finds a Pinned through the wrappers, and nothing in other
-// allocators.
-func TestPinnedOf(t *testing.T) {
+// HostOf finds a Pinned's Host through the wrappers and in an allocator
+// that embeds a Pinned, and nothing in other allocators.
+func TestHostOf(t *testing.T) {
 	q := cltest.Queue(t)
 	pinned, err := allocator.NewPinned(q)
 	require.NoError(t, err)
 	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
 	require.NoError(t, err)
-	assert.Same(t, pinned, allocator.PinnedOf(pinned))
-	assert.Same(t, pinned, allocator.PinnedOf(allocator.NewBudget(allocator.NewCounting(pinned), 1<<20)))
-	assert.Nil(t, allocator.PinnedOf(imm))
-	assert.Nil(t, allocator.PinnedOf(allocator.NewCounting(imm)))
-	assert.Nil(t, allocator.PinnedOf(nil))
-	assert.Nil(t, allocator.PinnedOf((*allocator.Pinned)(nil)))
+	buf, err := pinned.Allocate(64)
+	require.NoError(t, err)
+	defer pinned.Free(buf)
+	for _, a := range []allocator.Allocator{pinned, allocator.NewBudget(allocator.NewCounting(pinned), 1<<20), struct{ *allocator.Pinned }{pinned}} {
+		host := allocator.HostOf(a)
+		require.NotNil(t, host, "%T", a)
+		assert.Len(t, host(buf), 64, "%T: the Pinned's own Host", a)
+	}
+	assert.Nil(t, allocator.HostOf(imm))
+	assert.Nil(t, allocator.HostOf(allocator.NewCounting(imm)))
+	assert.Nil(t, allocator.HostOf(nil))
+	assert.Nil(t, allocator.HostOf((*allocator.Pinned)(nil)))
 }

@@ -183,23 +183,29 @@
 //
 // # Pinned host memory
 //
-// A pool over an allocator.Pinned (allocator.PinnedOf finds one through
-// wrappers) is a pinned memory pool, as CuPy's PinnedMemoryPool and
-// torch's caching host allocator are. Its blocks go to the host, which
-// reads and writes their bytes (pinned.Host(b.Base())[b.Offset():]) in
-// no queue's order: a block that commands may still use when it was
-// closed (its queue's, the allocator's queue for pool.Allocate, and
-// RecordQueue's) is handed out again only once the host has waited for
-// those queues (clFinish, each, which an idle queue answers at once), so
-// a Close right after enqueueing a non-blocking transfer from the bytes is
-// legal, as a torch tensor's free after copy_(non_blocking=True) is.
-// Where torch takes another block while the copy runs, the request
-// waits for it. A transfer on a queue the pool does not know of (not the
-// block's, and not named by RecordQueue) must complete before Close. A
-// segment is freed (unmapped) only once those queues' commands have
-// completed, as SVM is. Such a pool has no queue caches (a hit would skip
-// the wait), and no sanitizer (its commands on a mapped buffer are
-// undefined): WithSanitizer fails, and CLPOOL_SANITIZE leaves it alone.
+// A pool over an allocator.Pinned, or any allocator whose buffers stay
+// mapped to host memory (allocator.HostOf finds its Host method, through
+// wrappers whose Unwrap returns an Allocator), is a pinned memory pool,
+// as CuPy's PinnedMemoryPool and torch's caching host allocator are. Its
+// blocks go to the host, which reads and writes their bytes
+// (pinned.Host(b.Base())[b.Offset():]) in no queue's order: a block that
+// commands may still use when it was closed (its queue's: On's, or, for
+// pool.Allocate, the allocator's queue, if it has one; and RecordQueue's)
+// is handed out again only once the host has waited for those queues
+// (clFinish, each, which an idle queue answers at once), so a Close right
+// after enqueueing a non-blocking transfer from the bytes is legal, as a
+// torch tensor's free after copy_(non_blocking=True) is. Where torch
+// takes another block while the copy runs, the request waits for it, and
+// for every command enqueued on those queues so far: give transfers a
+// queue of their own, not one that also runs long kernels. A transfer on
+// a queue the pool does not know of (not the block's, and not named by
+// RecordQueue) must complete before Close. Stats.Queues counts each wait
+// as a host wait of the queue waited for, and a handover of the asking
+// queue if another queue used the block. A segment is freed (unmapped)
+// only once those queues' commands have completed, as SVM is. Such a pool
+// has no queue caches (a hit would skip the wait), and no sanitizer (its
+// commands on a mapped buffer are undefined): WithSanitizer fails, and
+// CLPOOL_SANITIZE leaves it alone (but for a value it does not know).
 //
 // # Lifecycle
 //

@@ -3,6 +3,7 @@ package mempool
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/clpool/clpool/mempool/internal/policy"
 )
@@ -301,8 +302,10 @@ func (p *Pool) blockSize(size int64) int64 { return p.core.blockSize(size) }
 func (p *Pool) handOver(req *request, b *block, uses []policy.Use) error {
 	r, fs, err := req.q, []fenced(nil), error(nil)
 	if p.hostOwned {
-		r = p.host
 		fs, err = p.finish(uses)
+		if !slices.ContainsFunc(fs, func(f fenced) bool { return f.from != r }) {
+			r = p.host // its own queue's use alone: a host wait, no handover
+		}
 	} else {
 		fs, err = p.order(uses, req.q.orNil(), false)
 	}

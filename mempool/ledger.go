@@ -60,6 +60,8 @@ func (l *ledger) handedOver(r *qstate, fs []fenced) {
 		l.s.Queues[f.from.id-1].Markers += f.marked
 		switch {
 		case f.failed:
+		case f.host:
+			l.s.Queues[f.from.id-1].HostWaits++
 		case f.ready && r.id != 0:
 			l.s.Queues[r.id-1].Ready++
 		case f.ready:

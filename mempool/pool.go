@@ -102,9 +102,12 @@ func newPool(call string, src source, opts []Option) (*Pool, error) {
 	}
 	// The sanitizer's fills and checks are commands on the pool's
 	// buffers, undefined on pinned ones, which stay mapped.
-	pinned := allocator.PinnedOf(src.outer()) != nil
+	pinned := allocator.HostOf(src.outer()) != nil
 	if pinned && c.san.on {
 		return nil, fmt.Errorf("mempool: %s: WithSanitizer over pinned host memory: its commands on a mapped buffer are undefined", call)
+	}
+	if _, err := sanitizeEnv(call); pinned && !c.san.off && err != nil {
+		return nil, err // a bad value fails, as it does for other pools
 	}
 	c.san.off = c.san.off || pinned           // CLPOOL_SANITIZE leaves a pinned pool alone
 	sanitize, err := c.resolveSanitizer(call) // before the fields it sets are read

@@ -55,7 +55,8 @@ type QueueStats struct {
 	// already, and those waited for on the device (a barrier).
 	Requests, Hits, Handovers, Ready, Barriers int64
 	// Markers enqueued on the queue, and host waits for one of them (for
-	// requests on no queue).
+	// requests on no queue), or for the queue itself (clFinish, in a pool
+	// over pinned memory: see the package doc).
 	Markers, HostWaits int64
 	// Blocks held in the queue's own cache (see the package doc).
 	Cached int64
@@ -180,15 +181,23 @@ func (p *Pool) finish(uses []policy.Use) ([]fenced, error) {
 	var errs []error
 	for _, u := range latestUses(uses, nil) {
 		qs := p.queueByID(u.Queue)
-		if qs == nil || !qs.q.Hold() {
-			continue // forgotten, or released: its commands finished
+		if qs == nil {
+			continue // forgotten: released, and its commands finished
 		}
-		err := qs.q.Finish()
-		qs.q.Unhold()
+		var err error
+		switch {
+		case qs.q.Hold():
+			err = qs.q.Finish()
+			qs.q.Unhold()
+		case qs.q.Finished():
+			continue // released: its commands finished
+		default: // released, and its Release's wait failed
+			err = errQueueReleased
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("mempool: waiting for the commands that may use a pinned block: %w", err))
 		}
-		fs = append(fs, fenced{from: qs, failed: err != nil})
+		fs = append(fs, fenced{from: qs, failed: err != nil, host: true})
 	}
 	return fs, errors.Join(errs...)
 }
@@ -246,6 +255,7 @@ type fenced struct {
 	ready  bool
 	marked int64
 	failed bool // the wait could not be enqueued: only its markers count
+	host   bool // the host waited for the whole queue (finish)
 }
 
 // queueByID returns the state of queue id, or nil if the pool forgot it

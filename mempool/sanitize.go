@@ -157,18 +157,28 @@ type sanConfig struct {
 func (c *config) resolveSanitizer(call string) (bool, error) {
 	on := c.san.on
 	if !on && !c.san.off {
-		switch v := strings.TrimSpace(os.Getenv(SanitizeEnv)); v {
-		case "1", "true":
-			on = true
-		case "", "0", "false":
-		default:
-			return false, fmt.Errorf("mempool: %s: %s=%q: want 1 (or true) to sanitize, 0 (or false) or empty not to", call, SanitizeEnv, v)
+		var err error
+		if on, err = sanitizeEnv(call); err != nil {
+			return false, err
 		}
 	}
 	if on {
 		c.noCaches, c.dropSafety = true, true
 	}
 	return on, nil
+}
+
+// sanitizeEnv reports whether SanitizeEnv asks for the sanitizer, or an
+// error naming call for a value it does not know.
+func sanitizeEnv(call string) (bool, error) {
+	switch v := strings.TrimSpace(os.Getenv(SanitizeEnv)); v {
+	case "1", "true":
+		return true, nil
+	case "", "0", "false":
+		return false, nil
+	default:
+		return false, fmt.Errorf("mempool: %s: %s=%q: want 1 (or true) to sanitize, 0 (or false) or empty not to", call, SanitizeEnv, v)
+	}
 }
 
 // FindingKind says what the sanitizer found.

@@ -289,7 +289,7 @@ var queueMetrics = []struct {
 		func(q *mempool.QueueStats) float64 { return float64(q.Barriers) }, 0},
 	{queueDesc("markers_total", "Markers enqueued on the queue."),
 		func(q *mempool.QueueStats) float64 { return float64(q.Markers) }, 0},
-	{queueDesc("host_waits_total", "Host waits for one of the queue's markers (requests on no queue)."),
+	{queueDesc("host_waits_total", "Host waits for one of the queue's markers (requests on no queue), or for the queue itself (a pool over pinned memory)."),
 		func(q *mempool.QueueStats) float64 { return float64(q.HostWaits) }, 0},
 	{queueDesc("cached_blocks", "Held blocks cached in the queue's own cache."),
 		func(q *mempool.QueueStats) float64 { return float64(q.Cached) }, prometheus.GaugeValue},
