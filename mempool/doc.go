@@ -310,7 +310,8 @@
 //
 // # Many goroutines
 //
-// Each in-order queue keeps a small cache of its own: up to 16 small
+// Each in-order queue keeps a small cache of its own (but in a pool over
+// pinned memory, or with the sanitizer): up to 16 small
 // blocks (1 MiB at most) given back on it wait there, and a request on the
 // queue for a block of exactly that size takes one back under the queue's
 // lock alone, without the pool's. So goroutines that each allocate on a

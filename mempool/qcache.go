@@ -32,8 +32,8 @@ import (
 // into the policy, and so do FreeHeld and the out-of-memory ladder, so
 // cached memory is reused across queues and freed like any held block.
 //
-// The cache works where a hit costs nothing else: with no hook
-// registered, while the pool holds blocks. With drop safety, a hit sets
+// The cache works where a hit costs nothing else: no hook, the pool
+// holding, no sanitizer, not over pinned memory. With drop safety, a hit sets
 // its buffer's finalizer and a Close clears it under the cache's lock,
 // which lines up the finalizers of the queue's goroutines as p.mu does
 // on the pool's own path (see core.handOut).
