@@ -54,3 +54,16 @@ func ExamplePlan() {
 	// block 3: 512 bytes at 4096, events 3 to 5
 	// peak live 5096, plan 5120 (1.005x)
 }
+
+func ExampleBestFit() {
+	// Block 1's place, freed, is too small for 3, which best fit puts on
+	// top; the plan, knowing 3 comes, puts 1 where 3 goes later.
+	text := "op\tid\tsize\na\t1\t256\na\t2\t512\nf\t1\t0\na\t3\t512\nf\t2\t0\nf\t3\t0\n"
+	events, err := trace.Read(strings.NewReader(text))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("best fit", trace.BestFit(events, 256), "plan", trace.Plan(events, 256).Size)
+	// Output:
+	// best fit 1280 plan 1024
+}

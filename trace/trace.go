@@ -45,7 +45,7 @@
 // (an "F" may give 0, as an "f" may). The bytes of the segments live at a
 // moment are the pool's managed bytes then. A trace recorded from a pool
 // has them; a trace of what a program asked for, such as cg.tsv, does
-// not. Replay, Summarize's block figures and Plan leave them out.
+// not. Replay, Summarize's block figures, Plan and BestFit leave them out.
 //
 // An Event also encodes as JSON, {"op":"a","id":1,"size":512,"t":123},
 // with t in nanoseconds, and queue and site when it has them.

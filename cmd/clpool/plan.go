@@ -34,9 +34,16 @@ every trace before it runs anything, and names the file and line of a bad
 event; a trace with no block event (a, f) is refused. As in replay, the
 pools ignore CLPOOL_MEMORY_LIMIT and CLPOOL_SANITIZE.
 
+With -bestfit, plan prints beside the plan what best fit needs knowing
+nothing of the future (trace.BestFit): each block, as it comes, in the
+smallest free gap that fits, in one range with no end, with no segments,
+growth step or cache; a pool's managed bytes over it are what its
+segments (fixed in size) and its caches cost.
+
 Columns: allocs (allocations), live (peak live bytes), plan (the plan's
-bytes), plan/live, then for each configuration its peak managed bytes and
-/plan (those over the plan). A ratio over 0 bytes is "-".
+bytes), plan/live, with -bestfit bestfit (its bytes) and /plan, then for
+each configuration its peak managed bytes and /plan (those over the
+plan). A ratio over 0 bytes is "-".
 
 flags:
 `
@@ -46,6 +53,7 @@ type planRow struct {
 	Path    string
 	Allocs  int
 	Layout  trace.Layout
+	BestFit int64   // trace.BestFit's bytes, with -bestfit
 	Managed []int64 // peak managed bytes of each configuration, in -configs' order
 }
 
@@ -59,6 +67,7 @@ func planCmd(args []string, stdout, stderr io.Writer) error {
 	configList := fs.String("configs", "pool-immediate,pool-arena", "comma-separated configurations of clpool replay to run beside the plan, or none (or empty)")
 	lb := fs.Int("leading-bits", 4, "the pools' leading bits in bin id")
 	format := fs.String("format", "text", "output: text (a table) or tsv")
+	bestFit := fs.Bool("bestfit", false, "print what best fit needs in one range with no segments (trace.BestFit) beside the plan")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -89,6 +98,9 @@ func planCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		eventsOf[i] = events
 		rows[i] = planRow{Path: path, Allocs: trace.Summarize(events).Allocs, Layout: trace.Plan(events, *align)}
+		if *bestFit {
+			rows[i].BestFit = trace.BestFit(events, *align)
+		}
 	}
 
 	if len(names) > 0 {
@@ -114,15 +126,19 @@ func planCmd(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	out := &errWriter{w: stdout}
-	printPlan(out, *format, names, rows)
+	printPlan(out, *format, *bestFit, names, rows)
 	return out.result()
 }
 
 // printPlan writes the rows as a table, or as TSV, with a column of bytes
-// and one of their ratio to the plan for each configuration of names.
-func printPlan(w io.Writer, format string, names []string, rows []planRow) {
+// and one of their ratio to the plan for best fit (with bestFit) and each
+// configuration of names.
+func printPlan(w io.Writer, format string, bestFit bool, names []string, rows []planRow) {
 	if format == "tsv" {
 		fmt.Fprint(w, "trace\tallocations\tpeak_live\talign\tplan\tplan_over_live")
+		if bestFit {
+			fmt.Fprint(w, "\tbest_fit\tbest_fit_over_plan")
+		}
 		for _, name := range names {
 			fmt.Fprintf(w, "\t%s\t%s_over_plan", name, name)
 		}
@@ -130,6 +146,9 @@ func printPlan(w io.Writer, format string, names []string, rows []planRow) {
 		for _, r := range rows {
 			l := r.Layout
 			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%s", r.Path, r.Allocs, l.PeakLive, l.Align, l.Size, formatRatio(l.Ratio()))
+			if bestFit {
+				fmt.Fprintf(w, "\t%d\t%s", r.BestFit, formatRatio(ratio(r.BestFit, l.Size)))
+			}
 			for _, m := range r.Managed {
 				fmt.Fprintf(w, "\t%d\t%s", m, formatRatio(ratio(m, l.Size)))
 			}
@@ -142,6 +161,9 @@ func printPlan(w io.Writer, format string, names []string, rows []planRow) {
 		pathWidth = max(pathWidth, len(r.Path))
 	}
 	fmt.Fprintf(w, "%-*s %8s %12s %5s %12s %9s", pathWidth, "trace", "allocs", "live", "align", "plan", "plan/live")
+	if bestFit {
+		fmt.Fprintf(w, "  %12s %6s", "bestfit", "/plan")
+	}
 	for _, name := range names {
 		fmt.Fprintf(w, "  %*s %6s", max(12, len(name)), name, "/plan")
 	}
@@ -153,6 +175,13 @@ func printPlan(w io.Writer, format string, names []string, rows []planRow) {
 			planOverLive = "-" // figures trace.Summarize and Plan saturated: not a measure
 		}
 		fmt.Fprintf(w, "%-*s %8d %12s %5d %12s %9s", pathWidth, r.Path, r.Allocs, atLeast(l.PeakLive), l.Align, atLeast(l.Size), planOverLive)
+		if bestFit {
+			overPlan := formatRatio(ratio(r.BestFit, l.Size))
+			if l.Size == math.MaxInt64 || r.BestFit == math.MaxInt64 {
+				overPlan = "-"
+			}
+			fmt.Fprintf(w, "  %12s %6s", atLeast(r.BestFit), overPlan)
+		}
 		for j, m := range r.Managed {
 			overPlan := formatRatio(ratio(m, l.Size))
 			if l.Size == math.MaxInt64 {

@@ -69,6 +69,28 @@ func TestPlanByHand(t *testing.T) {
 		"a ratio over 0 live bytes is -")
 }
 
+// TestPlanBestFit prints best fit's bytes beside the plan with -bestfit:
+// the trace package's figure, and its ratio to the plan.
+func TestPlanBestFit(t *testing.T) {
+	t.Setenv("CLPOOL_DEVICE", "no-such-device")
+	path := writeTemp(t, "t.tsv", "op\tid\tsize\na\t1\t256\na\t2\t512\nf\t1\t0\na\t3\t512\n")
+	assert.Equal(t, [][]string{
+		{"trace", "allocations", "peak_live", "align", "plan", "plan_over_live", "best_fit", "best_fit_over_plan"},
+		{path, "3", "1024", "256", "1024", "1.000", "1280", "1.250"},
+	}, planTSV(t, "-configs", "none", "-bestfit", path), "1's gap is too small for 3, which the plan puts where 1 was")
+	mlp := filepath.Join(repoRoot, "testdata", "mlp.tsv")
+	events, err := trace.ReadFile(mlp)
+	require.NoError(t, err)
+	assert.Equal(t, strconv.FormatInt(trace.BestFit(events, 256), 10), planTSV(t, "-configs", "none", "-bestfit", mlp)[1][6])
+
+	var out, errs bytes.Buffer
+	require.Equal(t, 0, run([]string{"plan", "-configs", "none", "-bestfit", path}, &out, &errs), errs.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 2)
+	assert.Equal(t, strings.Fields("trace allocs live align plan plan/live bestfit /plan"), strings.Fields(lines[0]))
+	assert.Equal(t, []string{path, "3", "1024", "256", "1024", "1.000", "1280", "1.250"}, strings.Fields(lines[1]))
+}
+
 // TestPlanRunsReplaysConfigurations checks that plan's managed bytes are
 // replay's peak managed bytes, configuration by configuration.
 func TestPlanRunsReplaysConfigurations(t *testing.T) {

@@ -1,9 +1,7 @@
 package policy_test
 
 import (
-	"cmp"
 	"math/rand/v2"
-	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -18,7 +16,7 @@ import (
 // one trace by as much as a seed does (BENCHMARKS.md, arena v2, fourth
 // round), so a rule is judged on the mean. The bounds keep it from
 // getting worse. It logs the floor beside them: best fit in one unbounded
-// range (bestFitUnbounded), with no segments and no cache, over the same
+// range (trace.BestFit), with no segments and no cache, over the same
 // seeds.
 func TestArenaRandomMixedOverSeeds(t *testing.T) {
 	if testing.Short() {
@@ -29,7 +27,7 @@ func TestArenaRandomMixedOverSeeds(t *testing.T) {
 	for s := uint64(1); s <= seeds; s++ {
 		ev := randomMixed(rand.New(rand.NewPCG(s, 2)), 20000)
 		plan := float64(trace.Plan(ev, 256).Size)
-		floor += float64(bestFitUnbounded(ev, 256)) / plan
+		floor += float64(trace.BestFit(ev, 256)) / plan
 		alone += float64(simulate(t, ev, policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)).peakManaged) / plan
 		p := policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)
 		cached += float64(simulateCached(t, ev, p, p.Round).peakManaged) / plan
@@ -52,7 +50,7 @@ func TestArenaRandomMixedOverSeeds(t *testing.T) {
 // their number grows beside a neighbour list of random size (3 seeds of
 // 20k, 60k and 150k particles). It logs each shape's mean, worst, and
 // how many traces meet issue 22's goal (see goal), and the floor of best fit
-// in one unbounded range (bestFitUnbounded).
+// in one unbounded range (trace.BestFit).
 func TestArenaOverShapesAndSeeds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("57 replays")
@@ -91,7 +89,7 @@ func TestArenaOverShapesAndSeeds(t *testing.T) {
 			r := simulateCached(t, ev, p, p.Round)
 			plan := float64(trace.Plan(ev, 256).Size)
 			ratio := float64(r.peakManaged) / plan
-			floor += float64(bestFitUnbounded(ev, 256)) / plan
+			floor += float64(trace.BestFit(ev, 256)) / plan
 			sum += ratio
 			worst = max(worst, ratio)
 			if ratio <= goalRatio && r.segments <= goalSegments(r.allocs) {
@@ -103,71 +101,4 @@ func TestArenaOverShapesAndSeeds(t *testing.T) {
 			sh.name, mean, worst, met, len(sh.gen), floor/float64(len(sh.gen)))
 		assert.LessOrEqual(t, mean, sh.bound, sh.name)
 	}
-}
-
-// TestBestFitUnbounded checks the floor's placement on a few blocks: a
-// freed gap serves the next block that fits, the smallest of two gaps
-// that fit comes first, and the range shrinks as its last block goes.
-func TestBestFitUnbounded(t *testing.T) {
-	var e events
-	a, b := e.alloc(1024), e.alloc(256)
-	c, d := e.alloc(512), e.alloc(256) // 0: a, 1024: b, 1280: c, 1792: d; 2048 in all
-	e.free(a, c)                       // gaps of 1024 and 512
-	e.alloc(300)                       // 512 bytes, in c's gap: no growth
-	e.free(d, b)
-	e.alloc(1000) // 1024 bytes in a's gap
-	assert.Equal(t, int64(2048), bestFitUnbounded(e.ev, 256))
-	e.alloc(2048) // at the top, down to 1792 since d went
-	assert.Equal(t, int64(1792+2048), bestFitUnbounded(e.ev, 256))
-}
-
-// bestFitUnbounded places events' blocks (sizes rounded up to align) in
-// one range with no end, each in the smallest free gap that fits (the
-// lowest of equal ones), else at the top of the range, which shrinks when
-// its last block goes, and returns the most the range reached: what best
-// fit needs with no segment bounds, cache or growth step.
-func bestFitUnbounded(events []trace.Event, align int64) (peak int64) {
-	type gap struct{ off, end int64 }
-	var gaps []gap // by offset, never touching each other or the top
-	var top int64
-	at := map[int64]gap{}
-	for _, e := range events {
-		if e.Op == trace.Free {
-			b := at[e.ID]
-			delete(at, e.ID)
-			i, _ := slices.BinarySearchFunc(gaps, b.off, func(g gap, off int64) int { return cmp.Compare(g.off, off) })
-			gaps = slices.Insert(gaps, i, b)
-			if i+1 < len(gaps) && gaps[i+1].off == b.end {
-				gaps[i].end = gaps[i+1].end
-				gaps = slices.Delete(gaps, i+1, i+2)
-			}
-			if i > 0 && gaps[i-1].end == b.off {
-				gaps[i-1].end = gaps[i].end
-				gaps = slices.Delete(gaps, i, i+1)
-			}
-			if last := len(gaps) - 1; last >= 0 && gaps[last].end == top {
-				top = gaps[last].off
-				gaps = gaps[:last]
-			}
-			continue
-		}
-		n := max(policy.Round(e.Size, align), align)
-		best := -1
-		for i, g := range gaps {
-			if g.end-g.off >= n && (best < 0 || g.end-g.off < gaps[best].end-gaps[best].off) {
-				best = i
-			}
-		}
-		if best < 0 {
-			at[e.ID] = gap{top, top + n}
-			top += n
-			peak = max(peak, top)
-			continue
-		}
-		at[e.ID] = gap{gaps[best].off, gaps[best].off + n}
-		if gaps[best].off += n; gaps[best].off == gaps[best].end {
-			gaps = slices.Delete(gaps, best, best+1)
-		}
-	}
-	return peak
 }
