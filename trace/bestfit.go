@@ -14,13 +14,15 @@ import (
 // with no end, which comes down when the block at its top is freed.
 // BestFit returns the most the range reached.
 //
-// It is what an online allocator needs with no segment bounds, no growth
-// step and no cache: a pool that manages more than it pays for its
-// segments, whose sizes are fixed for life (OpenCL cannot grow a buffer in
-// place), and for what waits in its caches; BestFit over Plan's Size is
-// the price of not knowing the future, for this method. Events are read
-// as Plan reads them: a free of an id that is not live is ignored, and an
-// allocation of a live id leaves the block it replaces live to the end.
+// It is a reference, not a bound: plain best fit, with no segment bounds,
+// no growth step and no cache. A pool that manages more for a trace pays
+// that for its placement, its segments (whose sizes are fixed for life:
+// OpenCL cannot grow a buffer in place) and its caches; one that manages
+// less placed better. Plan's Size is no lower bound either (see Layout):
+// best fit may need less on a trace, though on most it needs more.
+// Events are read as Plan reads them: a free of an id that is not live is
+// ignored, and an allocation of a live id leaves the block it replaces
+// live to the end.
 //
 // It takes O(n·g) time for n blocks and at most g free gaps at once, and
 // saturates at math.MaxInt64. It panics if align is less than 1.

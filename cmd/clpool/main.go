@@ -18,7 +18,7 @@
 // bytes with their peaks; zoom and pan; and the map of the pool's
 // segments and blocks at any event. It needs no device.
 //
-//	clpool plan [-align N] [-configs LIST] TRACE...
+//	clpool plan [-align N] [-configs LIST] [-bestfit] TRACE...
 //
 // prints each trace's peak of live bytes and its clairvoyant plan (every
 // block placed knowing every lifetime in advance: trace.Plan), with the
@@ -45,7 +45,7 @@ const mainUsage = `usage: clpool <command> [arguments]
 commands:
   replay    replay an allocation trace through allocators and pools
   viz       draw a trace or a pool snapshot as an HTML page
-  plan      lay out a trace's blocks knowing their lifetimes: the floor for a pool
+  plan      lay out a trace's blocks knowing their lifetimes: what foresight buys
 
 Run 'clpool replay -h', 'clpool viz -h' or 'clpool plan -h' for their flags.
 `

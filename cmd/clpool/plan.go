@@ -37,8 +37,9 @@ pools ignore CLPOOL_MEMORY_LIMIT and CLPOOL_SANITIZE.
 With -bestfit, plan prints beside the plan what best fit needs knowing
 nothing of the future (trace.BestFit): each block, as it comes, in the
 smallest free gap that fits, in one range with no end, with no segments,
-growth step or cache; a pool's managed bytes over it are what its
-segments (fixed in size) and its caches cost.
+growth step or cache. It is a reference, not a bound: a pool that
+manages more pays that for its placement, its segments (fixed in size)
+and its caches; one that manages less placed better.
 
 Columns: allocs (allocations), live (peak live bytes), plan (the plan's
 bytes), plan/live, with -bestfit bestfit (its bytes) and /plan, then for
@@ -145,12 +146,12 @@ func printPlan(w io.Writer, format string, bestFit bool, names []string, rows []
 		fmt.Fprintln(w)
 		for _, r := range rows {
 			l := r.Layout
-			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%s", r.Path, r.Allocs, l.PeakLive, l.Align, l.Size, formatRatio(l.Ratio()))
+			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%s", r.Path, r.Allocs, l.PeakLive, l.Align, l.Size, overSaturated(l.Size, l.PeakLive))
 			if bestFit {
-				fmt.Fprintf(w, "\t%d\t%s", r.BestFit, formatRatio(ratio(r.BestFit, l.Size)))
+				fmt.Fprintf(w, "\t%d\t%s", r.BestFit, overSaturated(r.BestFit, l.Size))
 			}
 			for _, m := range r.Managed {
-				fmt.Fprintf(w, "\t%d\t%s", m, formatRatio(ratio(m, l.Size)))
+				fmt.Fprintf(w, "\t%d\t%s", m, overSaturated(m, l.Size))
 			}
 			fmt.Fprintln(w)
 		}
@@ -170,27 +171,25 @@ func printPlan(w io.Writer, format string, bestFit bool, names []string, rows []
 	fmt.Fprintln(w)
 	for _, r := range rows {
 		l := r.Layout
-		planOverLive := formatRatio(l.Ratio())
-		if l.PeakLive == math.MaxInt64 || l.Size == math.MaxInt64 {
-			planOverLive = "-" // figures trace.Summarize and Plan saturated: not a measure
-		}
-		fmt.Fprintf(w, "%-*s %8d %12s %5d %12s %9s", pathWidth, r.Path, r.Allocs, atLeast(l.PeakLive), l.Align, atLeast(l.Size), planOverLive)
+		fmt.Fprintf(w, "%-*s %8d %12s %5d %12s %9s", pathWidth, r.Path, r.Allocs, atLeast(l.PeakLive), l.Align, atLeast(l.Size), overSaturated(l.Size, l.PeakLive))
 		if bestFit {
-			overPlan := formatRatio(ratio(r.BestFit, l.Size))
-			if l.Size == math.MaxInt64 || r.BestFit == math.MaxInt64 {
-				overPlan = "-"
-			}
-			fmt.Fprintf(w, "  %12s %6s", atLeast(r.BestFit), overPlan)
+			fmt.Fprintf(w, "  %12s %6s", atLeast(r.BestFit), overSaturated(r.BestFit, l.Size))
 		}
 		for j, m := range r.Managed {
-			overPlan := formatRatio(ratio(m, l.Size))
-			if l.Size == math.MaxInt64 {
-				overPlan = "-"
-			}
-			fmt.Fprintf(w, "  %*d %6s", max(12, len(names[j])), m, overPlan)
+			fmt.Fprintf(w, "  %*d %6s", max(12, len(names[j])), m, overSaturated(m, l.Size))
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// overSaturated formats a / b as formatRatio does, and "-" where either
+// figure saturated (trace.Summarize, Plan and BestFit write math.MaxInt64
+// for that or more: no measure), in the table and in TSV alike.
+func overSaturated(a, b int64) string {
+	if a == math.MaxInt64 || b == math.MaxInt64 {
+		return "-"
+	}
+	return formatRatio(ratio(a, b))
 }
 
 // ratio returns a / b.
