@@ -66,7 +66,7 @@ func NewPinned(q *cl.CommandQueue) (*Pinned, error) {
 
 // HostOf returns the Host method of allocator a, or of one it wraps
 // (through wrappers whose Unwrap returns an Allocator, as Budget's and
-// Counting's does): a Pinned's, or any allocator's whose buffers stay
+// Counting's do): a Pinned's, or any allocator's whose buffers stay
 // mapped to memory the host reads and writes directly (one that embeds a
 // *Pinned, say); nil if none has one. A pool over such an allocator hands
 // its blocks to the host (see mempool's package doc).
