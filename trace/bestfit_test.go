@@ -73,3 +73,15 @@ func TestBestFitBounds(t *testing.T) {
 		assert.LessOrEqual(t, got, all)
 	}
 }
+
+// BenchmarkBestFitMLP is BestFit over the mlp trace (26,951 blocks), beside
+// BenchmarkPlanMLP.
+func BenchmarkBestFitMLP(b *testing.B) {
+	events, err := trace.ReadFile("../testdata/mlp.tsv")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		trace.BestFit(events, 256)
+	}
+}
