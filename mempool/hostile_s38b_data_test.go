@@ -24,26 +24,9 @@ import (
 // event (waited for and released when the test ends).
 func s38bPendingRead(t *testing.T, pinned *allocator.Pinned, b *mempool.PooledBuffer, q *cl.CommandQueue) *cl.Event {
 	t.Helper()
-	n := int(b.Size() / 4)
-	in, err := q.Context().CreateBuffer(cl.MemReadWrite, b.Size())
-	require.NoError(t, err)
-	t.Cleanup(func() { in.Release() })
-	out, err := q.Context().CreateBuffer(cl.MemReadWrite, b.Size())
-	require.NoError(t, err)
-	t.Cleanup(func() { out.Release() })
-	dev, err := q.Context().CreateBuffer(cl.MemReadWrite, b.Size())
-	require.NoError(t, err)
-	t.Cleanup(func() { dev.Release() })
-	require.NoError(t, q.WriteBuffer(in, 0, cl.Bytes(allOnes(n))))
-	require.NoError(t, q.WriteBuffer(dev, 0, cl.Bytes(allOnes(n))))
-	k := cltest.SlowReadKernel(t, q)
-	require.NoError(t, k.SetArgs(in, out, int32(cltest.Size(q, 100, 2000000))))
-	require.NoError(t, q.EnqueueKernel(k, []int{n}, nil))
+	dev := slowDevice(t, q, b.Size())
 	ev, err := q.EnqueueReadBuffer(dev, false, 0, s38Host(pinned, b))
-	require.NoError(t, err)
-	require.NoError(t, q.Flush())
-	t.Cleanup(func() { ev.Wait(); ev.Release() })
-	return ev
+	return pending(t, q, ev, err)
 }
 
 // s38bOwnerWrites is the new owner of b: it writes v to b's host bytes,

@@ -21,33 +21,49 @@ type pinnedTransfer struct {
 	q   *cl.CommandQueue
 }
 
+// slowDevice returns a device buffer of size bytes of ones on q's
+// context, and enqueues on q a slow kernel, so that the next command
+// enqueued there is still pending when the test goes on. Its buffers are
+// released when the test ends.
+func slowDevice(t *testing.T, q *cl.CommandQueue, size int64) (dev *cl.Buffer) {
+	t.Helper()
+	n := int(size / 4)
+	var bufs [3]*cl.Buffer // the kernel's input, its output, dev
+	for i := range bufs {
+		b, err := q.Context().CreateBuffer(cl.MemReadWrite, size)
+		require.NoError(t, err)
+		t.Cleanup(func() { b.Release() })
+		bufs[i] = b
+	}
+	require.NoError(t, q.WriteBuffer(bufs[0], 0, cl.Bytes(allOnes(n))))
+	require.NoError(t, q.WriteBuffer(bufs[2], 0, cl.Bytes(allOnes(n))))
+	k := cltest.SlowReadKernel(t, q)
+	require.NoError(t, k.SetArgs(bufs[0], bufs[1], int32(cltest.Size(q, 100, 2000000))))
+	require.NoError(t, q.EnqueueKernel(k, []int{n}, nil))
+	return bufs[2]
+}
+
+// pending flushes q and returns ev, waited for and released when the test
+// ends.
+func pending(t *testing.T, q *cl.CommandQueue, ev *cl.Event, err error) *cl.Event {
+	t.Helper()
+	require.NoError(t, err)
+	require.NoError(t, q.Flush())
+	t.Cleanup(func() { ev.Wait(); ev.Release() })
+	return ev
+}
+
 // startPinnedTransfer fills b's host bytes with ones and enqueues their
 // transfer on q behind a slow kernel.
 func startPinnedTransfer(t *testing.T, pinned *allocator.Pinned, b *mempool.PooledBuffer, q *cl.CommandQueue) *pinnedTransfer {
 	t.Helper()
-	n := int(b.Size() / 4)
-	in, err := q.Context().CreateBuffer(cl.MemReadWrite, b.Size())
-	require.NoError(t, err)
-	t.Cleanup(func() { in.Release() })
-	out, err := q.Context().CreateBuffer(cl.MemReadWrite, b.Size())
-	require.NoError(t, err)
-	t.Cleanup(func() { out.Release() })
-	dev, err := q.Context().CreateBuffer(cl.MemReadWrite, b.Size())
-	require.NoError(t, err)
-	t.Cleanup(func() { dev.Release() })
-	require.NoError(t, q.WriteBuffer(in, 0, cl.Bytes(allOnes(n))))
 	h := s38Host(pinned, b)
 	for i := range h {
 		h[i] = 1
 	}
-	k := cltest.SlowReadKernel(t, q)
-	require.NoError(t, k.SetArgs(in, out, int32(cltest.Size(q, 100, 2000000))))
-	require.NoError(t, q.EnqueueKernel(k, []int{n}, nil))
+	dev := slowDevice(t, q, b.Size())
 	ev, err := q.EnqueueWriteBuffer(dev, false, 0, h)
-	require.NoError(t, err)
-	require.NoError(t, q.Flush())
-	t.Cleanup(func() { ev.Wait(); ev.Release() })
-	return &pinnedTransfer{ev: ev, dev: dev, q: q}
+	return &pinnedTransfer{ev: pending(t, q, ev, err), dev: dev, q: q}
 }
 
 // done reports whether the transfer has completed.
