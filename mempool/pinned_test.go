@@ -66,6 +66,17 @@ func startPinnedTransfer(t *testing.T, pinned *allocator.Pinned, b *mempool.Pool
 	return &pinnedTransfer{ev: pending(t, q, ev, err), dev: dev, q: q}
 }
 
+// closeInTransfer starts a transfer from a's bytes on q
+// (startPinnedTransfer), names q with RecordQueue and closes a, the
+// transfer still pending.
+func closeInTransfer(t *testing.T, pinned *allocator.Pinned, a *mempool.PooledBuffer, q *cl.CommandQueue) *pinnedTransfer {
+	t.Helper()
+	x := startPinnedTransfer(t, pinned, a, q)
+	require.NoError(t, a.RecordQueue(q))
+	mustClose(t, a)
+	return x
+}
+
 // done reports whether the transfer has completed.
 func (x *pinnedTransfer) done(t *testing.T) bool {
 	st, err := x.ev.Status()
@@ -95,10 +106,8 @@ func TestPinnedPoolReuseWaitsForRecordedQueues(t *testing.T) {
 		p, pinned, _, q := s38PinnedPool(t, pp)
 		q2 := cltest.SecondQueue(t, q, 0)
 		a := mustAlloc(t, p, 4096)
-		x := startPinnedTransfer(t, pinned, a, q2)
-		require.NoError(t, a.RecordQueue(q2))
 		base, off := a.Base(), a.Offset()
-		mustClose(t, a)
+		x := closeInTransfer(t, pinned, a, q2)
 		b := mustAlloc(t, p, 4096)
 		if b.Base() == base && b.Offset() == off {
 			assert.True(t, x.done(t), "the block came back before the transfer from it completed")
@@ -119,9 +128,7 @@ func TestPinnedPoolFreesAfterTransfers(t *testing.T) {
 		p, pinned, _, q := s38PinnedPool(t, pp)
 		q2 := cltest.SecondQueue(t, q, 0)
 		a := mustAlloc(t, p, 4096)
-		x := startPinnedTransfer(t, pinned, a, q2)
-		require.NoError(t, a.RecordQueue(q2))
-		mustClose(t, a)
+		x := closeInTransfer(t, pinned, a, q2)
 		require.NoError(t, p.FreeHeld())
 		assert.Zero(t, pinned.Live(), "FreeHeld frees the pinned buffer")
 		assert.True(t, x.done(t), "the pinned buffer was freed before the transfer from it completed")
