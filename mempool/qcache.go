@@ -230,9 +230,9 @@ func (p *Pool) putCached(pb *PooledBuffer, size int64) bool {
 		// (BENCHMARKS.md, arena v2). The oldest go back to the pool.
 		// Big blocks count apart (see cachedBlock).
 		limit := p.l.cacheCap.Load()
-		cb.big = b.Whole() && b.Size >= limit*cacheShare/bigSegment
+		cb.big = !b.Split && b.Size >= limit*(cacheShare/bigSegment) // not split: whole
 		if cb.big {
-			limit = limit * cacheShare / bigShare
+			limit *= cacheShare / bigShare
 		}
 		if b.Size > limit {
 			return false
