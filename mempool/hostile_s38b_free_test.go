@@ -100,10 +100,7 @@ func TestHostileS38bPinnedDroppedBlockWaitsForTransfer(t *testing.T) {
 	require.Equal(t, int64(1), p.Stats().Reclaimed, "the dropped block came back")
 	b := mustAlloc(t, p, 4096) // the allocator's queue, not q2
 	defer b.Close()
-	assert.True(t, x.done(t), "the dropped block came back to a new owner before the transfer from it completed")
-	for i, h := 0, s38Host(pinned, b); i < len(h); i++ {
-		h[i] = 2
-	}
+	x.overwrite(t, pinned, b, "the dropped block came back to a new owner before the transfer from it completed")
 	x.check(t)
 }
 
@@ -123,10 +120,7 @@ func TestHostileS38bPinnedHandoutRacesQueueRelease(t *testing.T) {
 		ok := within(t, "a hand-out racing the Release of the recorded queue", func() { b, err = p.Allocate(4096) })
 		require.True(t, ok)
 		require.NoError(t, err)
-		assert.True(t, x.done(t), "the block came back before the transfer from it completed")
-		for i, h := 0, s38Host(pinned, b); i < len(h); i++ {
-			h[i] = 2
-		}
+		x.overwrite(t, pinned, b, "the block came back before the transfer from it completed")
 		require.NoError(t, <-released)
 		x.q = q // q2 is released: read the transfer's result on q
 		x.check(t)

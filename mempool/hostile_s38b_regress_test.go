@@ -22,20 +22,9 @@ import (
 // event, waited for and released when the test ends.
 func s38bSlowKernel(t *testing.T, q *cl.CommandQueue, n int) *cl.Event {
 	t.Helper()
-	in, err := q.Context().CreateBuffer(cl.MemReadWrite, int64(4*n))
-	require.NoError(t, err)
-	t.Cleanup(func() { in.Release() })
-	out, err := q.Context().CreateBuffer(cl.MemReadWrite, int64(4*n))
-	require.NoError(t, err)
-	t.Cleanup(func() { out.Release() })
-	require.NoError(t, q.WriteBuffer(in, 0, cl.Bytes(allOnes(n))))
-	k := cltest.SlowReadKernel(t, q)
-	require.NoError(t, k.SetArgs(in, out, int32(cltest.Size(q, 100, 2000000))))
-	ev, err := q.EnqueueNDRangeKernel(k, nil, []int{n}, nil)
-	require.NoError(t, err)
+	_, slow := slowDevice(t, q, int64(4*n))
 	require.NoError(t, q.Flush())
-	t.Cleanup(func() { ev.Wait(); ev.Release() })
-	return ev
+	return slow
 }
 
 // A pool over device buffers is as before: a block given back on an
@@ -117,10 +106,7 @@ func s38bTorchReuse(t *testing.T, wrap func(*allocator.Pinned) allocator.Allocat
 	b := mustAlloc(t, p, 4096)
 	defer b.Close()
 	require.True(t, b.Base() == base && b.Offset() == off, "the block given back serves the request")
-	assert.True(t, x.done(t), "the pinned block came back before the transfer from it completed")
-	for i, h := 0, s38Host(pinned, b); i < len(h); i++ {
-		h[i] = 2
-	}
+	x.overwrite(t, pinned, b, "the pinned block came back before the transfer from it completed")
 	x.check(t)
 }
 

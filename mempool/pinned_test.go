@@ -22,10 +22,10 @@ type pinnedTransfer struct {
 }
 
 // slowDevice returns a device buffer of size bytes of ones on q's
-// context, and enqueues on q a slow kernel, so that the next command
-// enqueued there is still pending when the test goes on. Its buffers are
-// released when the test ends.
-func slowDevice(t *testing.T, q *cl.CommandQueue, size int64) (dev *cl.Buffer) {
+// context, and enqueues on q a slow kernel (its event: slow), so that the
+// next command enqueued there is still pending when the test goes on.
+// Its buffers and event are released when the test ends.
+func slowDevice(t *testing.T, q *cl.CommandQueue, size int64) (dev *cl.Buffer, slow *cl.Event) {
 	t.Helper()
 	n := int(size / 4)
 	var bufs [3]*cl.Buffer // the kernel's input, its output, dev
@@ -39,8 +39,10 @@ func slowDevice(t *testing.T, q *cl.CommandQueue, size int64) (dev *cl.Buffer) {
 	require.NoError(t, q.WriteBuffer(bufs[2], 0, cl.Bytes(allOnes(n))))
 	k := cltest.SlowReadKernel(t, q)
 	require.NoError(t, k.SetArgs(bufs[0], bufs[1], int32(cltest.Size(q, 100, 2000000))))
-	require.NoError(t, q.EnqueueKernel(k, []int{n}, nil))
-	return bufs[2]
+	slow, err := q.EnqueueNDRangeKernel(k, nil, []int{n}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { slow.Wait(); slow.Release() })
+	return bufs[2], slow
 }
 
 // pending flushes q and returns ev, waited for and released when the test
@@ -61,7 +63,7 @@ func startPinnedTransfer(t *testing.T, pinned *allocator.Pinned, b *mempool.Pool
 	for i := range h {
 		h[i] = 1
 	}
-	dev := slowDevice(t, q, b.Size())
+	dev, _ := slowDevice(t, q, b.Size())
 	ev, err := q.EnqueueWriteBuffer(dev, false, 0, h)
 	return &pinnedTransfer{ev: pending(t, q, ev, err), dev: dev, q: q}
 }
@@ -82,6 +84,17 @@ func (x *pinnedTransfer) done(t *testing.T) bool {
 	st, err := x.ev.Status()
 	require.NoError(t, err)
 	return st == cl.Complete
+}
+
+// overwrite is the new owner of b, whose bytes the transfer read: it
+// asserts (msg) that the transfer has completed, then writes 2s over
+// them, which check finds if the transfer had yet to read them.
+func (x *pinnedTransfer) overwrite(t *testing.T, pinned *allocator.Pinned, b *mempool.PooledBuffer, msg string) {
+	t.Helper()
+	assert.True(t, x.done(t), msg)
+	for i, h := 0, s38Host(pinned, b); i < len(h); i++ {
+		h[i] = 2
+	}
 }
 
 // check waits for the transfer and asserts it delivered the ones.
@@ -110,10 +123,7 @@ func TestPinnedPoolReuseWaitsForRecordedQueues(t *testing.T) {
 		x := closeInTransfer(t, pinned, a, q2)
 		b := mustAlloc(t, p, 4096)
 		if b.Base() == base && b.Offset() == off {
-			assert.True(t, x.done(t), "the block came back before the transfer from it completed")
-			for i, h := 0, s38Host(pinned, b); i < len(h); i++ {
-				h[i] = 2
-			}
+			x.overwrite(t, pinned, b, "the block came back before the transfer from it completed")
 		}
 		x.check(t)
 		mustClose(t, b)
