@@ -34,10 +34,7 @@ func bruteBestFit(events []trace.Event, align int64) (*big.Int, []*big.Int) {
 	for _, ev := range events {
 		switch ev.Op {
 		case trace.Alloc:
-			n := big.NewInt(max(ev.Size, 1))
-			n.Add(n, new(big.Int).Sub(bigAlign, big.NewInt(1)))
-			n.Div(n, bigAlign)
-			n.Mul(n, bigAlign)
+			n := bigRounded(ev.Size, bigAlign)
 			var all []bfBlock
 			for _, b := range live {
 				all = append(all, b)
@@ -95,10 +92,7 @@ func roundedLivePeak(events []trace.Event, align int64) int64 {
 	for _, ev := range events {
 		switch ev.Op {
 		case trace.Alloc:
-			n := big.NewInt(max(ev.Size, 1))
-			n.Add(n, new(big.Int).Sub(a, big.NewInt(1)))
-			n.Div(n, a)
-			n.Mul(n, a)
+			n := bigRounded(ev.Size, a)
 			live[ev.ID] = n // a replaced block stays in sum for good
 			sum.Add(sum, n)
 			if sum.Cmp(peak) > 0 {
@@ -305,4 +299,13 @@ func TestHostileS38cBestFitLIFOIsLivePeak(t *testing.T) {
 		}
 		assert.Equal(t, roundedLivePeak(ev, 256), trace.BestFit(ev, 256), fmt.Sprint("trace ", i))
 	}
+}
+
+// bigRounded is a block's bytes in exact arithmetic: size (at least 1)
+// rounded up to a multiple of align, as Plan and BestFit round it.
+func bigRounded(size int64, align *big.Int) *big.Int {
+	n := big.NewInt(max(size, 1))
+	n.Add(n, new(big.Int).Sub(align, big.NewInt(1)))
+	n.Div(n, align)
+	return n.Mul(n, align)
 }
