@@ -514,8 +514,9 @@ func NewTimedWriter(w io.Writer) *Writer { return &Writer{w: w, cols: 4} }
 
 // NewSitedWriter returns a Writer of the sited format, `op id size t
 // queue site`, to w, with each event's Time, Queue (- for 0) and Site (-
-// for ""; its tabs and line breaks written as spaces). Call Flush when
-// done.
+// for ""; its tabs and line breaks written as spaces). A Site of "-" is
+// the format's unknown site, as "" is: Read gives both back as "". Call
+// Flush when done.
 func NewSitedWriter(w io.Writer) *Writer { return &Writer{w: w, cols: 6} }
 
 // Write writes one event, after the header if it is the first. An event
@@ -652,16 +653,18 @@ func Summarize(events []Event) Summary {
 	}
 	s.Allocs, s.Frees, s.PeakLiveBytes = blocks.allocs, blocks.frees, blocks.peak
 	s.SegmentAllocs, s.SegmentFrees, s.PeakSegmentBytes = segs.allocs, segs.frees, segs.peak
-	s.Leaked, s.Sizes = len(blocks.sizes), len(distinct)
+	s.Leaked, s.Sizes = len(blocks.sizes)+blocks.replaced, len(distinct)
 	return s
 }
 
 // tally is Summarize's count of one kind of allocation (blocks, or
 // segments): allocations, frees, the sizes of those live by ID, and the
-// peak of their sum.
+// peak of their sum. An allocation of a live ID replaces its block, which
+// stays live to the end (replaced counts them).
 type tally struct {
 	allocs, frees int
 	sizes         map[int64]int64
+	replaced      int
 	live          wide
 	peak          int64
 }
@@ -670,6 +673,9 @@ func newTally() *tally { return &tally{sizes: map[int64]int64{}} }
 
 func (t *tally) alloc(ev Event) {
 	t.allocs++
+	if _, live := t.sizes[ev.ID]; live {
+		t.replaced++
+	}
 	t.sizes[ev.ID] = ev.Size
 	t.live.add(ev.Size)
 	t.peak = max(t.peak, t.live.saturated())

@@ -281,8 +281,22 @@ func loadPage(path, policy string, prog *progress) (page, error) {
 		r = &progressReader{r: f, prog: prog, phase: "reading", total: st.Size()}
 	}
 	br := bufio.NewReader(r)
-	head, _ := br.Peek(512) // an error here is the reader's, and reading below sees it again
-	if bytes.HasPrefix(bytes.TrimLeft(head, " \t\r\n"), []byte("{")) {
+	// The white space before the first other character, however long,
+	// is read here and handed back to a trace's parser (its line numbers
+	// count those lines).
+	var space []byte
+	for {
+		c, err := br.ReadByte()
+		if err != nil {
+			break // the reader's error: reading below sees it again
+		}
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			_ = br.UnreadByte() // the byte just read: cannot fail
+			break
+		}
+		space = append(space, c)
+	}
+	if head, _ := br.Peek(1); len(head) == 1 && head[0] == '{' {
 		var s snapshotFile
 		dec := json.NewDecoder(br)
 		if err := dec.Decode(&s); err != nil {
@@ -298,7 +312,7 @@ func loadPage(path, policy string, prog *progress) (page, error) {
 		pg.Title = filepath.Base(path)
 		return pg, nil
 	}
-	events, err := parseTrace(br, path)
+	events, err := parseTrace(io.MultiReader(bytes.NewReader(space), br), path)
 	if err != nil {
 		return page{}, err
 	}
