@@ -175,9 +175,10 @@ func (b *SVMBudget) Allocate(size int64) (*cl.SVM, error) {
 	if err := reserve(&b.live, b.budget, size, "clSVMAlloc", "allocator.SVMBudget"); err != nil {
 		return nil, err
 	}
-	s, err := b.inner.Allocate(size)
-	if err != nil {
+	s, err, pv := callInner(func() (*cl.SVM, error) { return b.inner.Allocate(size) })
+	if err != nil || pv != nil {
 		b.live.Add(-size)
+		repanic(pv)
 		return nil, err
 	}
 	b.allocs.Store(s, struct{}{})
@@ -187,6 +188,8 @@ func (b *SVMBudget) Allocate(size int64) (*cl.SVM, error) {
 // Free frees s and returns its bytes to the budget. An allocation b did
 // not hand out, or has freed, is refused with an error matching ErrFreed,
 // and changes nothing; of racing Frees of one allocation, one frees it.
+// A wrapped Free that fails (or panics) leaves s b's for a retry, unless s
+// was freed all the same.
 func (b *SVMBudget) Free(s *cl.SVM) error {
 	if s == nil {
 		return nil
@@ -194,12 +197,14 @@ func (b *SVMBudget) Free(s *cl.SVM) error {
 	if _, ok := b.allocs.LoadAndDelete(s); !ok {
 		return errNotHere("SVMBudget", s.Size())
 	}
-	err := b.inner.Free(s)
-	if err != nil && !s.Freed() {
+	_, err, pv := callInner(func() (struct{}, error) { return struct{}{}, b.inner.Free(s) })
+	if (err != nil || pv != nil) && !s.Freed() {
 		b.allocs.Store(s, struct{}{}) // still b's: a retry may free it
+		repanic(pv)
 		return err
 	}
-	b.live.Add(-s.Size()) // freed, or freed by a Free that failed on the way
+	b.live.Add(-s.Size()) // freed, or freed by a Free that failed (or panicked) on the way
+	repanic(pv)
 	return err
 }
 

@@ -31,7 +31,9 @@ func NewBudget(a Allocator, budget int64) *Budget {
 
 // Allocate reserves size bytes of the budget and allocates from the
 // wrapped allocator. The check cannot overflow: a request near
-// math.MaxInt64 is refused like any other that does not fit.
+// math.MaxInt64 is refused like any other that does not fit. If the
+// wrapped Allocate fails or panics, the bytes go back to the budget (and
+// the panic goes on).
 func (b *Budget) Allocate(size int64) (*cl.Buffer, error) {
 	if nilptr.Is(b.inner) {
 		return nil, errNoInner("Budget")
@@ -42,9 +44,10 @@ func (b *Budget) Allocate(size int64) (*cl.Buffer, error) {
 	if err := b.reserve(size); err != nil {
 		return nil, err
 	}
-	buf, err := b.inner.Allocate(size)
-	if err != nil {
+	buf, err, pv := callInner(func() (*cl.Buffer, error) { return b.inner.Allocate(size) })
+	if err != nil || pv != nil {
 		b.live.Add(-size)
+		repanic(pv)
 		return nil, err
 	}
 	b.bufs.Store(buf, struct{}{})
@@ -102,7 +105,8 @@ func (r *refusal) Is(target error) bool { return target == ErrOutOfMemory }
 // changes nothing; of racing Frees of one buffer, one frees it. If the
 // wrapped allocator's Free fails, buf stays b's for a retry, unless it was
 // released all the same: then its bytes go back, and the error is
-// returned.
+// returned. A Free that panics is a failure too: b's books are set so,
+// and the panic goes on.
 func (b *Budget) Free(buf *cl.Buffer) error {
 	if buf == nil {
 		return nil
@@ -110,16 +114,40 @@ func (b *Budget) Free(buf *cl.Buffer) error {
 	if _, ok := b.bufs.LoadAndDelete(buf); !ok {
 		return errNotHere("Budget", buf.Size())
 	}
-	err := b.inner.Free(buf)
-	if err != nil && !buf.Released() {
+	_, err, pv := callInner(func() (struct{}, error) { return struct{}{}, b.inner.Free(buf) })
+	if (err != nil || pv != nil) && !buf.Released() {
 		b.bufs.Store(buf, struct{}{}) // still b's: a retry may free it
+		repanic(pv)
 		return err
 	}
-	// Freed, or released by a free that failed on the way (Pinned's
-	// unmap): its bytes are no one's now.
+	// Freed, or released by a free that failed (or panicked) on the way
+	// (Pinned's unmap): its bytes are no one's now.
 	disown(buf)
 	b.live.Add(-buf.Size())
+	repanic(pv)
 	return err
+}
+
+// callInner calls f, a wrapped allocator's method, and returns its
+// results, or, if it panics, the panic's value as pv (not nil): the
+// wrapper sets its books right for what f did, then panics again with pv
+// (repanic), so that a panicking allocator beneath a wrapper leaves the
+// wrapper's counts true (a mempool.Pool recovers the panic and goes on).
+func callInner[R any](f func() (R, error)) (r R, err error, pv any) {
+	defer func() {
+		if v := recover(); v != nil { // panic(nil) recovers a *runtime.PanicNilError
+			pv = v
+		}
+	}()
+	r, err = f()
+	return r, err, nil
+}
+
+// repanic panics again with pv, callInner's recovered panic, if any.
+func repanic(pv any) {
+	if pv != nil {
+		panic(pv)
+	}
 }
 
 // Live returns the bytes allocated and not yet freed.
@@ -181,7 +209,9 @@ func (c *Counting) Allocate(size int64) (*cl.Buffer, error) {
 // allocator fails leaves buf counted live, for a retry, unless buf was
 // released all the same: then it counts as freed, or as a bad free if the
 // wrapped allocator found it released already (ErrFreed: released behind
-// c's back, so this is its second free), and the error is returned.
+// c's back, so this is its second free), and the error is returned. A
+// Free that panics is a failure too: c counts it so, and the panic goes
+// on.
 func (c *Counting) Free(buf *cl.Buffer) error {
 	if buf == nil {
 		return nil
@@ -194,10 +224,11 @@ func (c *Counting) Free(buf *cl.Buffer) error {
 	}
 	delete(c.live, buf) // claimed: a racing Free of buf is a bad free
 	c.mu.Unlock()
-	err := c.inner.Free(buf)
+	_, err, pv := callInner(func() (struct{}, error) { return struct{}{}, c.inner.Free(buf) })
+	defer repanic(pv) // after the books are right, and c.mu let go
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err != nil && !buf.Released() {
+	if (err != nil || pv != nil) && !buf.Released() {
 		c.live[buf] = struct{}{}
 		return err
 	}
