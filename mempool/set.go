@@ -126,8 +126,9 @@ func newSet(ctor string, newSource func(q *cl.CommandQueue) (source, error), opt
 
 // On returns an allocator of the memory of q's context's pool for use on q
 // (see Pool.On), making the pool first if q's context has none. A nil
-// queue, a closed Set, or a pool that cannot be made give an allocator
-// whose Allocate and FreeHeld return the error.
+// queue, a closed Set, or a pool that cannot be made (a released queue
+// makes none) give an allocator whose Allocate and FreeHeld return the
+// error.
 func (s *Set) On(q *cl.CommandQueue) *QueueAllocator {
 	p, err := s.poolOf("On", q)
 	if err != nil {
@@ -136,8 +137,9 @@ func (s *Set) On(q *cl.CommandQueue) *QueueAllocator {
 	return p.On(q)
 }
 
-// Pool returns the pool of q's context, making it if there is none yet.
-// After Close it returns ErrPoolClosed.
+// Pool returns the pool of q's context, making it if there is none yet;
+// a released queue makes none (an error matching
+// cl.ErrInvalidCommandQueue). After Close it returns ErrPoolClosed.
 func (s *Set) Pool(q *cl.CommandQueue) (*Pool, error) { return s.poolOf("Pool", q) }
 
 // poolOf returns the pool of q's context, made at its first use; call
@@ -158,6 +160,7 @@ func (s *Set) poolOf(call string, q *cl.CommandQueue) (*Pool, error) {
 		return nil, fmt.Errorf("mempool: Set.%s(nil): %w", call, cl.ErrInvalidCommandQueue)
 	}
 	ctx := q.Context()
+	released := q.Finished() // before s.mu: it waits for a Release under way
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -165,6 +168,11 @@ func (s *Set) poolOf(call string, q *cl.CommandQueue) (*Pool, error) {
 	}
 	if p := s.pools[ctx]; p != nil {
 		return p, nil
+	}
+	if released {
+		// A pool made over it would allocate (or probe) on a queue that
+		// is gone, for every queue of the context, for good.
+		return nil, fmt.Errorf("mempool: Set.%s of a released queue makes no pool: %w", call, cl.ErrInvalidCommandQueue)
 	}
 	src, err := s.callNewSource(q)
 	switch {
