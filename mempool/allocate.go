@@ -1,5 +1,7 @@
 package mempool
 
+import "errors"
+
 // This file is a request's way into the pool: Allocate, the queue
 // cache's hit (qcache.go), and, past it, serve (ladder.go): a free block
 // of the policy under the pool's lock, and on a miss the one
@@ -18,6 +20,7 @@ type request struct {
 	counted  bool          // counted as a hit or a miss
 	cacheMu  bool          // q's cache missed it and is still locked (see allocateCached)
 	guard    int64         // the sanitizer's guard bytes after the block (sanitize.go); 0 when off
+	panicked error         // the panics of the frees the ladder made for it (freeFor): it fails
 }
 
 // need returns the bytes the policy is asked for: the request's, and the
@@ -77,6 +80,9 @@ func (p *Pool) allocate(size int64, r *qstate) (*PooledBuffer, error) {
 		err = p.handOver(req, b, uses)
 	}
 	if err != nil {
+		if req.panicked != nil {
+			err = errors.Join(err, req.panicked)
+		}
 		return nil, p.mallocFailed(req, err)
 	}
 	pb, err = p.wrap(req, b)

@@ -80,13 +80,13 @@ func (p *Pool) serve(req *request) (*block, []policy.Use, error) {
 	p.mu.Unlock()
 	d.free = append(d.free, gone...)
 	for {
-		_ = p.freeSegments(d.free)
+		p.freeFor(req, d.free)
 		switch {
 		case d.err != nil:
 			return nil, nil, d.err
 		case d.b != nil:
 			return d.b, d.uses, nil
-		case d.drain && (p.drainCaches() || d.never):
+		case d.drain && (p.drainFor(req) || d.never):
 			// Blocks came back from the caches (or no segment fits
 			// under the limit, and any block that fits is to be tried):
 			// decide again, as at the first miss (the reservation is
@@ -184,7 +184,7 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 			kept := p.pol.TakeKept(lad.seg.Size)
 			p.forget(kept...)
 			p.mu.Unlock()
-			_ = p.freeSegments(kept)
+			p.freeFor(req, kept)
 			if len(kept) > 0 {
 				return p.retried()
 			}
@@ -208,7 +208,7 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 				return p.retried() // a block came back: it may serve the request
 			}
 		case rungFree:
-			p.drainCaches()
+			p.drainFor(req)
 			p.lock()
 			if lad.frees < 0 {
 				lad.frees = p.pol.Counts().Segments
@@ -220,7 +220,7 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 			}
 			p.forget(s)
 			p.mu.Unlock()
-			_ = p.freeSegments(segmentsOf(s))
+			p.freeFor(req, segmentsOf(s))
 			if s != nil {
 				return p.retried()
 			}
@@ -239,7 +239,7 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 			if lad.finals == finalRounds {
 				return false
 			}
-			p.drainCaches()
+			p.drainFor(req)
 			p.lock()
 			// Segments being given back are memory the device will
 			// have: wait for the frees in flight now (each ends in
@@ -331,10 +331,33 @@ func (p *Pool) wrap(req *request, b *block) (*PooledBuffer, error) {
 	*pb = PooledBuffer{pool: p, blk: b, size: req.size, q: req.q}
 	if req.hooks != nil {
 		if err := p.emit(req.hooks, pb.event(MallocAfter, b)); err != nil {
-			return nil, errors.Join(err, p.give(pb, req.hooks, true))
+			return nil, errors.Join(err, req.panicked, p.give(pb, req.hooks, true))
 		}
 	}
+	if req.panicked != nil { // as a hook's panic: the block goes back
+		return nil, errors.Join(req.panicked, p.give(pb, req.hooks, true))
+	}
 	return pb, nil
+}
+
+// drainFor is drainCaches for req: the panics of its frees are req's,
+// as freeFor's are.
+func (p *Pool) drainFor(req *request) (moved bool) {
+	moved, err := p.drain()
+	if errors.Is(err, ErrPanicked) {
+		req.panicked = errors.Join(req.panicked, err)
+	}
+	return moved
+}
+
+// freeFor frees segments the ladder gave up for req (freeSegments). The
+// allocator's errors there are not req's, but its panics, and its hooks',
+// are: req fails with them (see the package doc's Misuse), once served,
+// so that its block goes back as any other.
+func (p *Pool) freeFor(req *request, segs []*segment) {
+	if err := p.freeSegments(segs); errors.Is(err, ErrPanicked) {
+		req.panicked = errors.Join(req.panicked, err)
+	}
 }
 
 // allocateSegment asks the allocator for n bytes, recovering a panic into
