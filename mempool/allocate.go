@@ -17,6 +17,7 @@ type request struct {
 	hooks    hookList      // the hooks to tell; nil if none
 	pb       *PooledBuffer // newPooledBuffer's, readied by the core's handOut
 	mayDrain bool          // queue caches may hold blocks that serve it
+	drainQ   bool          // the sanitizer's quarantine may: a limit's refusal drains it too (see core.decide)
 	counted  bool          // counted as a hit or a miss
 	cacheMu  bool          // q's cache missed it and is still locked (see allocateCached)
 	guard    int64         // the sanitizer's guard bytes after the block (sanitize.go); 0 when off

@@ -90,11 +90,11 @@ func (c *core) decide(req *request, lad *ladder) (d decision) {
 		}
 		if c.limit > 0 && lad.own.Size > c.limit {
 			// No segment fits under the limit: the blocks waiting in
-			// the queue caches may serve the request (drain, then decide
-			// again), else any free block that fits.
+			// the queue caches or the quarantine may serve the request
+			// (drain, then decide again), else any free block that fits.
 			c.l.sync(c.pol.Counts()) // GetOn may have merged blocks
 			c.releaseStale()
-			if req.mayDrain {
+			if req.mayDrain || req.drainQ {
 				return decision{never: true, drain: true}
 			}
 			lad.pressed = true

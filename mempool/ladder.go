@@ -74,6 +74,7 @@ func (l *ladder) try() *segment {
 // req's queue may use it.
 func (p *Pool) serve(req *request) (*block, []policy.Use, error) {
 	req.mayDrain = p.cacheState.Load() != cachesGone && (p.arena || p.blockSize(req.size) <= cacheMaxBlock)
+	req.drainQ = p.san != nil
 	lad := ladder{frees: -1}
 	gone := p.lockFlushed(req.q, req.cacheMu, p.givesBack(req))
 	d := p.decide(req, &lad)
@@ -91,7 +92,7 @@ func (p *Pool) serve(req *request) (*block, []policy.Use, error) {
 			// under the limit, and any block that fits is to be tried):
 			// decide again, as at the first miss (the reservation is
 			// taken back there), with no drain (so this happens once).
-			lad.seg, lad.own, req.mayDrain = nil, nil, false
+			lad.seg, lad.own, req.mayDrain, req.drainQ = nil, nil, false, false
 		case d.never:
 			return nil, nil, p.outOfMemory(req, lad.own.Size, nil)
 		case d.seg != nil:
