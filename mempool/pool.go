@@ -237,9 +237,12 @@ func (p *Pool) Stats() Stats {
 	defer p.unlockCaches(qs)
 	s := p.statsLocked()
 	if len(cached) > 0 && s.HeldBytes > 0 {
+		// A cached block is active to the policy: its run of held
+		// memory goes on through its free (and cached) neighbours.
 		largest := p.pol.LargestFree()
+		held := func(b *block) bool { return cached[b] }
 		for b := range cached {
-			largest = max(largest, b.Size)
+			largest = max(largest, b.Run(held))
 		}
 		s.Fragmentation = 1 - float64(largest)/float64(s.HeldBytes)
 	}

@@ -160,7 +160,9 @@ type Stats struct {
 
 	// Fragmentation is 1 - (largest held block / held bytes): 0 when the
 	// held memory is one block (or none), near 1 when it is in many small
-	// pieces that a large request cannot use.
+	// pieces that a large request cannot use. With the arena, a block in a
+	// queue's cache counts with its held neighbours, as one range: the
+	// cache gives it back before a request that needs the range fails.
 	Fragmentation float64
 
 	// Configuration.

@@ -422,6 +422,28 @@ func TestSegmentBlocksCoverIt(t *testing.T) {
 	assert.True(t, seg.WhollyFree())
 }
 
+// Run sums a block's run of free and held neighbours, and stops at an
+// active block that is not held.
+func TestBlockRunStopsAtActiveBlocks(t *testing.T) {
+	p := policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)
+	seg := p.NewSegment(1024)
+	a := p.Add(seg, 1024)
+	b := p.GetOn(1024, 0)
+	c := p.GetOn(1024, 0)
+	d := p.GetOn(1024, 0)
+	for _, x := range []*policy.Block[int]{a, b, c, d} {
+		require.NotNil(t, x)
+		require.Same(t, seg, x.Seg)
+	}
+	require.Nil(t, p.Put(a)) // free, waiting unmerged or merged: a's range is free either way
+	never := func(*policy.Block[int]) bool { return false }
+	heldB := func(x *policy.Block[int]) bool { return x == b }
+	assert.Equal(t, a.Size+b.Size, b.Run(never), "b's run takes in the free a before it, and stops at the active c")
+	assert.Equal(t, c.Size, c.Run(never), "c between two active blocks is its own run")
+	assert.Equal(t, a.Size+b.Size+c.Size, c.Run(heldB), "b held: c's run goes on through it to the free a, and stops at the active d")
+	assert.Equal(t, seg.Size-a.Size-b.Size-c.Size, d.Run(never), "d's run takes in the segment's free tail")
+}
+
 // BeforeGrow keeps wholly free segments while the pool grows less than
 // its slack past its high-water mark; TakeKept then gives them up, and
 // past the slack BeforeGrow does.

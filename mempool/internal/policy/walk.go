@@ -50,3 +50,19 @@ func (s *Segment[T]) Tiny() bool { return s.tiny }
 // Huge reports whether an arena made the segment for one request over
 // half its preferred segment size (not oversize): see Arenas.PassesOver.
 func (s *Segment[T]) Huge() bool { return s.huge }
+
+// Run returns the bytes of the range of b's segment that b is part of
+// where every block is free or held (held reports whether an active block
+// is, as a block waiting in a pool's cache is): b's, and its neighbours'
+// on both sides as far as that holds. A block of a segment of one block
+// (an exact bin's) is its own run.
+func (b *Block[T]) Run(held func(*Block[T]) bool) int64 {
+	n := b.Size
+	for x := b.prev; x != nil && (x.free || held(x)); x = x.prev {
+		n += x.Size
+	}
+	for x := b.next; x != nil && (x.free || held(x)); x = x.next {
+		n += x.Size
+	}
+	return n
+}
