@@ -96,7 +96,7 @@ func (p *Pool) WriteSummary(w io.Writer) error {
 				if row.bytes {
 					cells[i] = bytesCell(v, byteUnit(all[i]))
 				} else {
-					cells[i] = countCell(v)
+					cells[i] = countCell(v, countUnit(all[i]))
 				}
 			}
 			writeSummaryRow(&b, part.name, cells)
@@ -109,7 +109,7 @@ func (p *Pool) WriteSummary(w io.Writer) error {
 		b.WriteString(rule)
 		var cells [4]string
 		for i, v := range statValues(row.st) {
-			cells[i] = countCell(v)
+			cells[i] = countCell(v, countUnit(v))
 		}
 		writeSummaryRow(&b, row.name, cells)
 	}
@@ -155,8 +155,31 @@ func bytesCell(n int64, u int) string {
 	return fmt.Sprintf("%6d %-3s", q, byteUnits[u])
 }
 
-// countCell formats a count in the 10 characters of a cell.
-func countCell(n int64) string { return fmt.Sprintf("%7d   ", n) }
+// countUnits are the prefixes of counts in the table, as torch's
+// _format_count has them (K, M), and on past them: a count of 2^63 - 1
+// fits the cell in P.
+var countUnits = []string{" ", "K", "M", "G", "T", "P"}
+
+// countUnit returns the unit, an index into countUnits, of a column of
+// counts whose count for all blocks is ref: each step of 1000 while the
+// count is at least 750,000 (torch's rule), so that every cell fits.
+func countUnit(ref int64) int {
+	u := 0
+	for u < len(countUnits)-1 && ref >= 750_000 {
+		ref /= 1000
+		u++
+	}
+	return u
+}
+
+// countCell formats a count in unit u (an index into countUnits),
+// truncated as torch truncates it, in the 10 characters of a cell.
+func countCell(n int64, u int) string {
+	for range u {
+		n /= 1000
+	}
+	return fmt.Sprintf("%7d %s ", n, countUnits[u])
+}
 
 // sizeOrNone formats a size of the header, where 0 means none: "none",
 // "512 B", "64 MiB", "1.5 GiB" (one decimal, dropped when it is 0).
