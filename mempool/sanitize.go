@@ -136,7 +136,9 @@ func WithoutSanitizer() Option { return func(c *config) { c.san.on, c.san.off = 
 // finds it, one line each: standard error by default, nowhere for a nil
 // w. It does not turn the sanitizer on. A w that panics is called no more
 // (the panic does not reach the pool's caller); Findings still has every
-// finding.
+// finding. w is called with none of the pool's locks held: it may read the
+// pool (Stats, Snapshot, Summary), but not call Findings, which waits for
+// the checks whose findings w is being given.
 func WithSanitizerOutput(w io.Writer) Option {
 	return func(c *config) { c.san.out, c.san.outSet = w, true }
 }
@@ -266,7 +268,7 @@ func (p *Pool) Findings() []Finding {
 	}
 	s.harvest(true)
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	return slices.Clone(s.findings)
 }
 
@@ -277,6 +279,7 @@ type sanitizer struct {
 	due atomic.Bool
 
 	harvestMu sync.Mutex // serializes harvests, so that findings come in the order their checks were enqueued
+	outMu     sync.Mutex // serializes the writes to out (see unlock)
 
 	mu       sync.Mutex           // protects the fields below and the mutable fields of their sanBlocks
 	live     map[uint64]*sanBlock // the active blocks, by ID
@@ -292,8 +295,9 @@ type sanitizer struct {
 	stopped  bool // the pool no longer holds (StopHolding): no block waits in quarantine
 	inflight int  // Closes of tracked blocks under way
 	res      *sanRes
-	resErr   error // why res could not be made, or that it was released
-	warned   bool  // a failure to check was printed
+	resErr   error    // why res could not be made, or that it was released
+	warned   bool     // a failure to check was printed
+	lines    []string // printed, to be written to out once mu is let go (unlock)
 }
 
 // sanRes is what the sanitizer's checks need: its program's kernel (set

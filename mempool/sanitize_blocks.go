@@ -40,7 +40,7 @@ func (s *sanitizer) track(pb *PooledBuffer) {
 		s.report(Finding{Kind: LeakedAtClose, BlockID: sb.id, Size: sb.size, AllocSite: callsite.First(sb.alloc)})
 	}
 	own := s.guard(sb)
-	s.mu.Unlock()
+	s.unlock()
 	if own != nil {
 		// The pool cannot order the user's queue after the fill: the
 		// host waits for it.
@@ -89,7 +89,7 @@ func (s *sanitizer) closing(pb *PooledBuffer) *sanBlock {
 	var pcs [sanDepth]uintptr
 	n := runtime.Callers(3, pcs[:])
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	sb := s.live[pb.ID()]
 	if sb == nil {
 		return nil
@@ -107,7 +107,7 @@ func (s *sanitizer) closing(pb *PooledBuffer) *sanBlock {
 // (giveBackSanitized), once the block is out of the active ones.
 func (s *sanitizer) dropped(pb *PooledBuffer) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	if sb := s.live[pb.ID()]; sb != nil {
 		sb.dropped = true
 	}
@@ -146,7 +146,7 @@ func (p *Pool) giveBackSanitized(pb *PooledBuffer, sb *sanBlock, size int64, hoo
 		leaving = slices.Delete(leaving, i, i+1)
 		s.mu.Lock()
 		s.quar = slices.DeleteFunc(s.quar, func(o *sanBlock) bool { return o == sb })
-		s.mu.Unlock()
+		s.unlock()
 		gone = p.putFree(nil, b, pb.q, true)
 	} else {
 		p.l.quarantine(b, 1)
@@ -157,7 +157,7 @@ func (p *Pool) giveBackSanitized(pb *PooledBuffer, sb *sanBlock, size int64, hoo
 	if sb.dropped {
 		s.mu.Lock()
 		s.report(Finding{Kind: Dropped, BlockID: sb.id, Size: sb.size, AllocSite: callsite.First(sb.alloc)})
-		s.mu.Unlock()
+		s.unlock()
 	}
 	s.done()
 	if hooks != nil {
@@ -176,7 +176,7 @@ func (p *Pool) checkAtClose(sb *sanBlock, uses []policy.Use) {
 	s := p.san
 	s.mu.Lock()
 	res, err := s.resources(sb.blk)
-	s.mu.Unlock()
+	s.unlock()
 	if err != nil {
 		return
 	}
@@ -200,7 +200,7 @@ func (p *Pool) checkAtClose(sb *sanBlock, uses []policy.Use) {
 		if err != nil {
 			s.mu.Lock()
 			s.warn(sb, err)
-			s.mu.Unlock()
+			s.unlock()
 			return
 		}
 	}
@@ -216,7 +216,7 @@ func (p *Pool) checkAtClose(sb *sanBlock, uses []policy.Use) {
 	}
 	s.mu.Lock()
 	s.poison(sb, cq)
-	s.mu.Unlock()
+	s.unlock()
 	// A write after Close on another queue is seen only once the poison
 	// is there: the poison is sent at once, and the host waits for it
 	// where the block has no queue of its own.

@@ -169,7 +169,7 @@ func (s *sanitizer) harvest(all bool) {
 		s.cur = nil
 	}
 	full, res := s.full, s.res
-	s.mu.Unlock()
+	s.unlock()
 	if len(full) == 0 || res == nil {
 		return
 	}
@@ -208,7 +208,7 @@ func (s *sanitizer) harvest(all bool) {
 		}
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	for i, b := range full[:n] {
 		for j, c := range b.checks {
 			off := binary.NativeEndian.Uint64(results[i][8*j:])

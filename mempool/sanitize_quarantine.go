@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 
 	"github.com/clpool/clpool/cl"
@@ -42,7 +43,7 @@ func (s *sanitizer) poison(sb *sanBlock, cq *qstate) {
 // at once. p.mu must be held.
 func (s *sanitizer) enter(sb *sanBlock) []*sanBlock {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	s.quar = append(s.quar, sb)
 	if s.closed || s.stopped {
 		sb.leaving = true
@@ -69,7 +70,7 @@ func (s *sanitizer) enter(sb *sanBlock) []*sanBlock {
 // leaveQuarantine.
 func (s *sanitizer) drain() []*sanBlock {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	var out []*sanBlock
 	for _, o := range s.quar {
 		if !o.leaving {
@@ -111,7 +112,7 @@ func (p *Pool) leaveQuarantine(bs []*sanBlock) error {
 			_ = sb.poison.Release()
 			sb.poison = nil
 		}
-		s.mu.Unlock()
+		s.unlock()
 		if held {
 			sb.q.q.Unhold()
 		}
@@ -127,7 +128,7 @@ func (p *Pool) leaveQuarantine(bs []*sanBlock) error {
 	}
 	s.mu.Lock()
 	s.quar = slices.DeleteFunc(s.quar, func(o *sanBlock) bool { return slices.Contains(bs, o) })
-	s.mu.Unlock()
+	s.unlock()
 	p.forget()
 	p.mu.Unlock()
 	return p.freeSegments(gone)
@@ -140,7 +141,7 @@ func (s *sanitizer) done() {
 	s.mu.Lock()
 	s.inflight--
 	closed := s.closed
-	s.mu.Unlock()
+	s.unlock()
 	switch {
 	case closed:
 		s.harvest(true)
@@ -156,7 +157,7 @@ func (s *sanitizer) done() {
 // waited for under s.mu.
 func (s *sanitizer) checkQuarantine(only map[*sanBlock]bool) (waiting []*sanBlock) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	for _, sb := range s.quar {
 		if only != nil && !only[sb] || sb.leaving || sb.poison == nil || sb.reported || s.res == nil {
 			continue
@@ -179,7 +180,7 @@ func (s *sanitizer) checkQuarantine(only map[*sanBlock]bool) (waiting []*sanBloc
 // must be held.
 func (s *sanitizer) quarantined(cached map[*block]bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	for _, sb := range s.quar {
 		cached[sb.blk] = true
 	}
@@ -191,7 +192,7 @@ func (s *sanitizer) quarantined(cached map[*block]bool) {
 func (s *sanitizer) stopHolding() {
 	s.mu.Lock()
 	s.stopped = true
-	s.mu.Unlock()
+	s.unlock()
 }
 
 // poolClosing is the start of the pool's Close, once it refuses
@@ -204,7 +205,7 @@ func (s *sanitizer) poolClosing() error {
 	s.harvest(true) // the findings of blocks closed before come first
 	s.mu.Lock()
 	if s.closed {
-		s.mu.Unlock()
+		s.unlock()
 		return nil
 	}
 	s.closed = true
@@ -216,7 +217,7 @@ func (s *sanitizer) poolClosing() error {
 	for _, sb := range open {
 		s.report(Finding{Kind: LeakedAtClose, BlockID: sb.id, Size: sb.size, AllocSite: callsite.First(sb.alloc)})
 	}
-	s.mu.Unlock()
+	s.unlock()
 	err := s.p.leaveQuarantine(s.drain())
 	s.harvest(true)
 	return err
@@ -229,7 +230,7 @@ func (s *sanitizer) releaseIfIdle() {
 	s.harvestMu.Lock()
 	defer s.harvestMu.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	if !s.closed || len(s.live) > 0 || s.inflight > 0 || s.res == nil || len(s.full) > 0 || s.cur != nil && len(s.cur.checks) > 0 {
 		return
 	}
@@ -264,18 +265,39 @@ func (s *sanitizer) warn(sb *sanBlock, err error) {
 	s.warned = true
 }
 
-// print writes a line to the output (WithSanitizerOutput), if any. A
-// writer that panics prints nothing more: the panic stops here, so that
-// the pool's operation in progress (a Close, say) finishes and lets go of
-// its locks; the findings are kept either way. s.mu must be held.
+// print notes a line for the output (WithSanitizerOutput), if any, which
+// unlock writes once s.mu is let go. s.mu must be held.
 func (s *sanitizer) print(format string, args ...any) {
-	if s.out == nil {
+	if s.out != nil {
+		s.lines = append(s.lines, fmt.Sprintf(format, args...))
+	}
+}
+
+// unlock lets go of s.mu, then writes the lines printed under it to the
+// output: the writer is called with none of the sanitizer's locks (nor
+// the pool's) held, so that it may read the pool (Stats). Lines of
+// different goroutines are written in the order their holds of s.mu end,
+// each goroutine's in its order. A writer that panics is called no more:
+// the panic stops here, so that the pool's operation in progress (a
+// Close, say) finishes; the findings are kept either way.
+func (s *sanitizer) unlock() {
+	lines, out := s.lines, s.out
+	s.lines = nil
+	s.mu.Unlock()
+	if len(lines) == 0 {
 		return
 	}
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
 	defer func() {
 		if recover() != nil {
+			s.mu.Lock()
 			s.out = nil
+			s.lines = nil
+			s.mu.Unlock()
 		}
 	}()
-	fmt.Fprintf(s.out, format, args...)
+	for _, l := range lines {
+		_, _ = io.WriteString(out, l)
+	}
 }

@@ -1,0 +1,90 @@
+package mempool_test
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/clpool/clpool/allocator"
+	"github.com/clpool/clpool/cl"
+	"github.com/clpool/clpool/internal/cltest"
+	"github.com/clpool/clpool/mempool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// statsWriter is a sanitizer output that logs the pool's figures beside
+// each finding it is given: it reads the pool's Stats at each Write.
+type statsWriter struct {
+	p     atomic.Pointer[mempool.Pool]
+	lines atomic.Int64
+}
+
+func (w *statsWriter) Write(b []byte) (int, error) {
+	if p := w.p.Load(); p != nil {
+		_ = p.Stats().HeldBytes
+	}
+	w.lines.Add(1)
+	return len(b), nil
+}
+
+// FAILS (deadlock): a sanitizer output that reads the pool's Stats hangs
+// the pool.
+//
+// Contract: WithSanitizerOutput(w) "sets where the sanitizer prints each
+// finding as it finds it, one line each ... A w that panics is called no
+// more (the panic does not reach the pool's caller)": nothing says w may
+// not call the pool, and hooks, which are called the same way from the
+// pool's operations, "may call the pool's read-only methods (Stats)". A
+// writer that logs the pool's memory beside each finding is a natural
+// one. The sanitizer prints under its own mutex (report: "s.mu must be
+// held"); Stats takes p.mu and then, for the quarantine
+// (sanitizer.quarantined), s.mu again: the goroutine waits for itself.
+// Here Close, which reports a LeakedAtClose, never returns.
+func TestHostileS39cSanitizerOutputThatReadsStatsDeadlocks(t *testing.T) {
+	q := cltest.Queue(t)
+	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
+	require.NoError(t, err)
+	w := &statsWriter{}
+	// Not pooltest.New: a hung pool must have no cleanup that calls it.
+	p, err := mempool.New(imm, mempool.WithSanitizer(), mempool.WithSanitizerOutput(w), mempool.WithLimit(0))
+	require.NoError(t, err)
+	w.p.Store(p)
+	b, err := p.Allocate(1000)
+	require.NoError(t, err)
+	_ = b
+	var closeErr error
+	if !within(t, "Close of a pool with a leaked block, whose finding the writer logs with Stats", func() { closeErr = p.Close() }) {
+		return // the pool's goroutine is stuck holding its locks: call nothing more of it
+	}
+	assert.NoError(t, closeErr)
+	assert.Equal(t, int64(1), w.lines.Load(), "one LeakedAtClose line")
+	require.NoError(t, b.Close())
+}
+
+// FAILS (deadlock): the same writer, for a finding reported at a harvest
+// (an out-of-bounds write, read back by Findings): Findings never
+// returns (harvest reports under s.mu; the writer's Stats waits for
+// s.mu in sanitizer.quarantined).
+func TestHostileS39cSanitizerOutputThatReadsStatsAtFindings(t *testing.T) {
+	cltest.Watchdog(t, 60*time.Second)
+	q := cltest.Queue(t)
+	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
+	require.NoError(t, err)
+	w := &statsWriter{}
+	p, err := mempool.New(imm, mempool.WithSanitizer(), mempool.WithSanitizerOutput(w), mempool.WithLimit(0))
+	require.NoError(t, err)
+	w.p.Store(p)
+	b, err := p.Allocate(1000)
+	require.NoError(t, err)
+	ev, err := q.EnqueueWriteBuffer(b.Base(), true, b.Offset()+1000, []byte{1})
+	require.NoError(t, err)
+	_ = ev.Release()
+	require.NoError(t, b.Close())
+	var got []mempool.Finding
+	if !within(t, "Findings, whose out-of-bounds finding the writer logs with Stats", func() { got = p.Findings() }) {
+		return
+	}
+	assert.Len(t, got, 1)
+	require.NoError(t, p.Close())
+}
