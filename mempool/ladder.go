@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/mempool/internal/policy"
 )
 
@@ -363,20 +362,14 @@ func (p *Pool) freeFor(req *request, segs []*segment) {
 }
 
 // allocateSegment asks the allocator for n bytes, recovering a panic into
-// a *PanicError. An allocator that returns no memory and no error (as
-// allocators do for 0 bytes only) fails the request, wrapping
-// cl.ErrInvalidValue: a segment of no memory is none.
+// a *PanicError.
 func (p *Pool) allocateSegment(n int64) (m mem, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			m, err = mem{}, recovered(v, "allocator's Allocate")
 		}
 	}()
-	m, err = p.src.allocate(n)
-	if err == nil && m.buf == nil && m.svm == nil {
-		err = fmt.Errorf("mempool: the allocator returned no memory and no error for %d bytes: %w", n, cl.ErrInvalidValue)
-	}
-	return m, err
+	return p.src.allocate(n)
 }
 
 // unreserve takes back a reservation whose allocation failed.
