@@ -44,7 +44,7 @@ func (b *Budget) Allocate(size int64) (*cl.Buffer, error) {
 	if err := b.reserve(size); err != nil {
 		return nil, err
 	}
-	buf, err, pv := callInner(func() (*cl.Buffer, error) { return b.inner.Allocate(size) })
+	buf, err, pv := allocateInner(b.inner, size)
 	if err != nil || pv != nil {
 		b.live.Add(-size)
 		repanic(pv)
@@ -114,7 +114,7 @@ func (b *Budget) Free(buf *cl.Buffer) error {
 	if _, ok := b.bufs.LoadAndDelete(buf); !ok {
 		return errNotHere("Budget", buf.Size())
 	}
-	_, err, pv := callInner(func() (struct{}, error) { return struct{}{}, b.inner.Free(buf) })
+	err, pv := freeInner(b.inner, buf)
 	if (err != nil || pv != nil) && !buf.Released() {
 		b.bufs.Store(buf, struct{}{}) // still b's: a retry may free it
 		repanic(pv)
@@ -128,22 +128,36 @@ func (b *Budget) Free(buf *cl.Buffer) error {
 	return err
 }
 
-// callInner calls f, a wrapped allocator's method, and returns its
-// results, or, if it panics, the panic's value as pv (not nil): the
-// wrapper sets its books right for what f did, then panics again with pv
-// (repanic), so that a panicking allocator beneath a wrapper leaves the
-// wrapper's counts true (a mempool.Pool recovers the panic and goes on).
-func callInner[R any](f func() (R, error)) (r R, err error, pv any) {
+// allocateInner calls a.Allocate(size), a wrapped allocator's, and
+// returns its results, or, if it panics, the panic's value as pv (not
+// nil): the wrapper sets its books right for what the call did, then
+// panics again with pv (repanic), so that a panicking allocator beneath a
+// wrapper leaves the wrapper's counts true (a mempool.Pool recovers the
+// panic and goes on). freeInner and the SVM ones are the same for Free
+// and SVM allocators. (No closure: the wrappers' hot path allocates
+// nothing more for it.)
+func allocateInner(a Allocator, size int64) (buf *cl.Buffer, err error, pv any) {
 	defer func() {
 		if v := recover(); v != nil { // panic(nil) recovers a *runtime.PanicNilError
 			pv = v
 		}
 	}()
-	r, err = f()
-	return r, err, nil
+	buf, err = a.Allocate(size)
+	return buf, err, nil
 }
 
-// repanic panics again with pv, callInner's recovered panic, if any.
+// freeInner is allocateInner for a.Free(buf).
+func freeInner(a Allocator, buf *cl.Buffer) (err error, pv any) {
+	defer func() {
+		if v := recover(); v != nil {
+			pv = v
+		}
+	}()
+	return a.Free(buf), nil
+}
+
+// repanic panics again with pv, allocateInner's (or freeInner's)
+// recovered panic, if any.
 func repanic(pv any) {
 	if pv != nil {
 		panic(pv)
@@ -224,7 +238,7 @@ func (c *Counting) Free(buf *cl.Buffer) error {
 	}
 	delete(c.live, buf) // claimed: a racing Free of buf is a bad free
 	c.mu.Unlock()
-	_, err, pv := callInner(func() (struct{}, error) { return struct{}{}, c.inner.Free(buf) })
+	err, pv := freeInner(c.inner, buf)
 	defer repanic(pv) // after the books are right, and c.mu let go
 	c.mu.Lock()
 	defer c.mu.Unlock()
