@@ -44,7 +44,7 @@ func (b *Budget) Allocate(size int64) (*cl.Buffer, error) {
 	if err := b.reserve(size); err != nil {
 		return nil, err
 	}
-	buf, err, pv := allocateInner(b.inner, size)
+	buf, err, pv := allocateInner[*cl.Buffer](b.inner, size)
 	if err != nil || pv != nil {
 		b.live.Add(-size)
 		repanic(pv)
@@ -128,32 +128,31 @@ func (b *Budget) Free(buf *cl.Buffer) error {
 	return err
 }
 
-// allocateInner calls a.Allocate(size), a wrapped allocator's, and
-// returns its results, or, if it panics, the panic's value as pv (not
-// nil): the wrapper sets its books right for what the call did, then
-// panics again with pv (repanic), so that a panicking allocator beneath a
-// wrapper leaves the wrapper's counts true (a mempool.Pool recovers the
-// panic and goes on). freeInner and the SVM ones are the same for Free
-// and SVM allocators. (No closure: the wrappers' hot path allocates
-// nothing more for it.)
-func allocateInner(a Allocator, size int64) (buf *cl.Buffer, err error, pv any) {
+// allocateInner calls a.Allocate(size), a wrapped allocator's (of
+// buffers or SVM: M), and returns its results, or, if it panics, the
+// panic's value as pv (not nil): the wrapper sets its books right for
+// what the call did, then panics again with pv (repanic), so that a
+// panicking allocator beneath a wrapper leaves the wrapper's counts true
+// (a mempool.Pool recovers the panic and goes on). freeInner is the same
+// for Free. (No closure: the wrappers' path allocates nothing more.)
+func allocateInner[M any, A interface{ Allocate(int64) (M, error) }](a A, size int64) (m M, err error, pv any) {
 	defer func() {
 		if v := recover(); v != nil { // panic(nil) recovers a *runtime.PanicNilError
 			pv = v
 		}
 	}()
-	buf, err = a.Allocate(size)
-	return buf, err, nil
+	m, err = a.Allocate(size)
+	return m, err, nil
 }
 
-// freeInner is allocateInner for a.Free(buf).
-func freeInner(a Allocator, buf *cl.Buffer) (err error, pv any) {
+// freeInner is allocateInner for a.Free(m).
+func freeInner[M any, A interface{ Free(M) error }](a A, m M) (err error, pv any) {
 	defer func() {
 		if v := recover(); v != nil {
 			pv = v
 		}
 	}()
-	return a.Free(buf), nil
+	return a.Free(m), nil
 }
 
 // repanic panics again with pv, allocateInner's (or freeInner's)

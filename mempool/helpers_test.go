@@ -2,6 +2,9 @@ package mempool_test
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -100,7 +103,10 @@ func withinLimit(t testing.TB, what string, limit time.Duration, fn func()) bool
 	case <-done:
 		return true
 	case <-time.After(limit):
-		t.Errorf("%s did not return within %v: it hangs", what, limit)
+		buf := make([]byte, 8<<20)
+		n := runtime.Stack(buf, true)
+		fmt.Fprintf(os.Stderr, "\n=== %s: %s hung for %v; every goroutine:\n%s\n", t.Name(), what, limit, buf[:n])
+		t.Errorf("%s did not return within %v: it hangs (goroutines dumped to stderr)", what, limit)
 		return false
 	}
 }

@@ -9,8 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,28 +23,6 @@ import (
 // test (with every goroutine's stack) instead of hanging the run.
 const s39eHangLimit = 60 * time.Second
 
-// s39eWithin runs fn on a goroutine and waits for it at most
-// s39eHangLimit; on a hang it prints every goroutine's stack and fails
-// the test, leaving fn running (the caller must then touch nothing of
-// the pool).
-func s39eWithin(t *testing.T, what string, fn func()) bool {
-	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		fn()
-	}()
-	select {
-	case <-done:
-		return true
-	case <-time.After(s39eHangLimit):
-		buf := make([]byte, 8<<20)
-		n := runtime.Stack(buf, true)
-		fmt.Fprintf(os.Stderr, "\n=== %s: %s hung for %v; every goroutine:\n%s\n", t.Name(), what, s39eHangLimit, buf[:n])
-		t.Errorf("%s did not return within %v: it hangs (goroutines dumped to stderr)", what, s39eHangLimit)
-		return false
-	}
-}
 
 // s39eOwn enqueues the owning kernel k on q over the first n ints of b
 // (a buffer's block, or an SVM pool's), with value v, and flushes q.

@@ -49,7 +49,7 @@ func s39eChurn(t *testing.T, l s39eLoad, a s39eAdmin, limit int64, ops int) {
 	var admin errSink
 	l.done = new(atomic.Int64)
 	total := int64(l.rounds * l.workers)
-	ok := s39eWithin(t, "owners and changes", func() {
+	ok := withinLimit(t, "owners and changes", s39eHangLimit, func() {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
