@@ -27,7 +27,7 @@ func s39aRecover(f func()) (panicked bool) {
 	return false
 }
 
-// FAILS: a Budget or a Counting over an allocator whose Free releases the
+// Fixed this session (it failed before): a Budget or a Counting over an allocator whose Free releases the
 // buffer and then panics loses track of the buffer for good. Each takes
 // the buffer out of its set before it calls the wrapped Free, and counts
 // its bytes back (or the free) only after it returns; the panic skips
@@ -90,7 +90,7 @@ type s39aAllocPanics struct{ allocator.Allocator }
 
 func (a s39aAllocPanics) Allocate(size int64) (*cl.Buffer, error) { panic("allocate bug") }
 
-// FAILS: a Budget over an allocator whose Allocate panics keeps the
+// Fixed this session (it failed before): a Budget over an allocator whose Allocate panics keeps the
 // request's bytes reserved for good: reserve adds them to the live bytes
 // before the wrapped Allocate, and only an error return takes them back.
 // After one recovered panic of a 1 MiB request, a 1 MiB budget refuses

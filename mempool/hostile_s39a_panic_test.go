@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// FAILS: a panic while an Allocate frees held memory is dropped, and the
+// Fixed this session (it failed before): a panic while an Allocate frees held memory is dropped, and the
 // Allocate succeeds. Under a device budget that has room for one block, a
 // request of another bin goes down the out-of-memory ladder, which frees
 // the held block (rung 5, "wholly free segments ... freed one at a time")

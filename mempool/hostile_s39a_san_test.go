@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// FAILS: a sanitized pool of exact bins refuses, under a limit lowered
+// Fixed this session (it failed before): a sanitized pool of exact bins refuses, under a limit lowered
 // below its block, a request that a block it holds (in quarantine)
 // serves, and serves the same request when it is made again. The limit's
 // refusal at once (core.decide's never branch) looks for a free block in
@@ -60,7 +60,7 @@ func TestHostileS39aSanitizedLimitRefusalSkipsTheQuarantine(t *testing.T) {
 	assert.Empty(t, f.pool.Findings())
 }
 
-// PASSES: the same sequence in an unsanitized pool of exact bins: the
+// The same sequence in an unsanitized pool of exact bins: the
 // held block serves the request under the lowered limit (the reference
 // for the test above).
 func TestHostileS39aLimitRefusalTakesTheHeldBlock(t *testing.T) {

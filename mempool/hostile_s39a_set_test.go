@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// FAILS: a Set asked first on a queue already released makes that
+// Fixed this session (it failed before): a Set asked first on a queue already released makes that
 // context's pool over an allocator of the released queue (the default
 // newAlloc's allocator.Immediate, or ImmediateSVM), and answers the
 // request with "On of a released queue". The pool stays: every later
@@ -61,7 +61,7 @@ func TestHostileS39aSetFirstAskedOnAReleasedQueue(t *testing.T) {
 	}
 }
 
-// FAILS: the same through Set.Pool: asked for a released queue's pool, it
+// Fixed this session (it failed before): the same through Set.Pool: asked for a released queue's pool, it
 // makes and returns one whose allocator probes on the released queue,
 // so that pool.Allocate (and every On of the context) fails for good.
 // Set.Pool: "Pool returns the pool of q's context, making it if there is
@@ -90,7 +90,7 @@ func TestHostileS39aSetPoolOfAReleasedQueue(t *testing.T) {
 	require.NoError(t, b.Close())
 }
 
-// PASSES: with an allocator of no queue (newAlloc: a Deferred), the pool a
+// With an allocator of no queue (newAlloc: a Deferred), the pool a
 // released queue makes still serves live queues. (Shows that it is the
 // default allocator's queue that poisons the context above.)
 func TestHostileS39aSetReleasedQueueWithDeferred(t *testing.T) {

@@ -28,7 +28,7 @@ func (w *statsWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// FAILS (deadlock): a sanitizer output that reads the pool's Stats hangs
+// Fixed this session (a deadlock before): a sanitizer output that reads the pool's Stats hangs
 // the pool.
 //
 // Contract: WithSanitizerOutput(w) "sets where the sanitizer prints each
@@ -62,7 +62,7 @@ func TestHostileS39cSanitizerOutputThatReadsStatsDeadlocks(t *testing.T) {
 	require.NoError(t, b.Close())
 }
 
-// FAILS (deadlock): the same writer, for a finding reported at a harvest
+// Fixed this session (a deadlock before): the same writer, for a finding reported at a harvest
 // (an out-of-bounds write, read back by Findings): Findings never
 // returns (harvest reports under s.mu; the writer's Stats waits for
 // s.mu in sanitizer.quarantined).

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// FAILS: a count of ten million or more breaks the summary's table.
+// Fixed this session (it failed before): a count of ten million or more breaks the summary's table.
 //
 // Contract: WriteSummary writes "the table of torch.cuda.memory_summary"
 // (summary.go: "The table is 77 characters wide"; TestWriteSummaryHeader

@@ -43,7 +43,7 @@ func s39cCheckBlocks(t *testing.T, p *mempool.Pool, open map[*mempool.PooledBuff
 	assert.Equal(t, want, got, "%s: the active blocks are the open buffers (id -> requested, queue)", when)
 }
 
-// PASSES (exploration): a random walk over a sanitized pool, both
+// A random walk over a sanitized pool, both
 // policies, three queues (one released midway), closes, FreeHeld,
 // SetLimit up and down, refusals: after each step the snapshot tiles, its
 // active blocks are exactly the open buffers (ID, requested, queue), and it

@@ -23,7 +23,6 @@ import (
 // test (with every goroutine's stack) instead of hanging the run.
 const s39eHangLimit = 60 * time.Second
 
-
 // s39eOwn enqueues the owning kernel k on q over the first n ints of b
 // (a buffer's block, or an SVM pool's), with value v, and flushes q.
 func s39eOwn(k *cl.Kernel, q *cl.CommandQueue, b *mempool.PooledBuffer, n int, v int32, iters int, bad *cl.Buffer) error {

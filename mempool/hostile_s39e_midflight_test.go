@@ -94,67 +94,56 @@ func s39eQueues(t *testing.T, q *cl.CommandQueue) []*cl.CommandQueue {
 	return append([]*cl.CommandQueue{q}, s35bQueues(t, q, 5, 3)...) // 2 out of order
 }
 
-// PASSES (exploration): a pool of buffers, every policy.
+// A pool of buffers, every policy, changed under its owners.
 func TestHostileS39eBufferPoolChangedUnderOwners(t *testing.T) {
 	for _, pol := range s35bPolicies {
 		t.Run(pol.name, func(t *testing.T) {
 			q := cltest.Queue(t)
-			queues := s39eQueues(t, q)
-			own := newS35bOwners(t, q)
-			const limit = 2 << 20
-			p := pooltest.New(t, q, append([]mempool.Option{mempool.WithLimit(limit)}, pol.opts...)...)
-			l := s39eLoad{
-				queues: queues, bad: own.bad, kernel: func() *cl.Kernel { return own.kernel(t) },
-				alloc: func(q *cl.CommandQueue, size int64) (*mempool.PooledBuffer, error) {
-					return p.On(q).Allocate(size)
-				},
-				sizes: []int64{512, 4096, 8192, 65536, 256 << 10}, iters: cltest.Size(q, 50, 30000),
-				rounds: cltest.Size(q, 8, 60), workers: 4, record: true, seed: 39,
-			}
-			s39eChurn(t, l, s39eAdmin{
-				freeHeld:  p.FreeHeld,
-				freeQueue: func(q *cl.CommandQueue) error { return p.On(q).FreeHeld() },
-				setLimit:  p.SetLimit,
-				inspect:   func() { pooltest.CheckStats(t, p.Stats()); _ = p.Snapshot() },
-				stop:      p.StopHolding,
-				close:     p.Close,
-			}, limit, cltest.Size(q, 8, 40))
+			p := pooltest.New(t, q, append([]mempool.Option{mempool.WithLimit(s39eLimit)}, pol.opts...)...)
+			s39ePoolChurn(t, q, p, 39)
 		})
 	}
 }
 
-// PASSES (exploration): the same over an SVM pool (coarse grain): here a segment freed too
+// The same over an SVM pool (coarse grain): here a segment freed too
 // early is freed under a running kernel (clSVMFree does not wait), and
 // the next clSVMAlloc may hand its address to another owner.
 func TestHostileS39eSVMPoolChangedUnderOwners(t *testing.T) {
 	for _, pol := range s35bPolicies {
 		t.Run(pol.name, func(t *testing.T) {
-			const limit = 2 << 20
-			f := newSVMFixture(t, false, nil, append([]mempool.Option{mempool.WithLimit(limit)}, pol.opts...)...)
-			q, p := f.q, f.pool
-			queues := s39eQueues(t, q)
-			own := newS35bOwners(t, q)
-			l := s39eLoad{
-				queues: queues, bad: own.bad, kernel: func() *cl.Kernel { return own.kernel(t) },
-				alloc: func(q *cl.CommandQueue, size int64) (*mempool.PooledBuffer, error) {
-					return p.On(q).Allocate(size)
-				},
-				sizes: []int64{512, 4096, 8192, 65536, 256 << 10}, iters: cltest.Size(q, 50, 30000),
-				rounds: cltest.Size(q, 8, 60), workers: 4, record: true, seed: 3939,
-			}
-			s39eChurn(t, l, s39eAdmin{
-				freeHeld:  p.FreeHeld,
-				freeQueue: func(q *cl.CommandQueue) error { return p.On(q).FreeHeld() },
-				setLimit:  p.SetLimit,
-				inspect:   func() { pooltest.CheckStats(t, p.Stats()); _ = p.Snapshot() },
-				stop:      p.StopHolding,
-				close:     p.Close,
-			}, limit, cltest.Size(q, 8, 40))
+			f := newSVMFixture(t, false, nil, append([]mempool.Option{mempool.WithLimit(s39eLimit)}, pol.opts...)...)
+			s39ePoolChurn(t, f.q, f.pool, 3939)
 		})
 	}
 }
 
-// PASSES (exploration): a Set of one context: Set.On routes each queue to the context's pool;
+// s39eLimit is the limit of the pools changed under their owners.
+const s39eLimit = 2 << 20
+
+// s39ePoolChurn is s39eChurn of owners on queues of q's context over p,
+// which the admin changes with p's own methods.
+func s39ePoolChurn(t *testing.T, q *cl.CommandQueue, p *mempool.Pool, seed uint64) {
+	queues := s39eQueues(t, q)
+	own := newS35bOwners(t, q)
+	l := s39eLoad{
+		queues: queues, bad: own.bad, kernel: func() *cl.Kernel { return own.kernel(t) },
+		alloc: func(q *cl.CommandQueue, size int64) (*mempool.PooledBuffer, error) {
+			return p.On(q).Allocate(size)
+		},
+		sizes: []int64{512, 4096, 8192, 65536, 256 << 10}, iters: cltest.Size(q, 50, 30000),
+		rounds: cltest.Size(q, 8, 60), workers: 4, record: true, seed: seed,
+	}
+	s39eChurn(t, l, s39eAdmin{
+		freeHeld:  p.FreeHeld,
+		freeQueue: func(q *cl.CommandQueue) error { return p.On(q).FreeHeld() },
+		setLimit:  p.SetLimit,
+		inspect:   func() { pooltest.CheckStats(t, p.Stats()); _ = p.Snapshot() },
+		stop:      p.StopHolding,
+		close:     p.Close,
+	}, s39eLimit, cltest.Size(q, 8, 40))
+}
+
+// A Set of one context: Set.On routes each queue to the context's pool;
 // Set.SetLimit, Set.FreeHeld, Set.Stats and Set.Close change it under the
 // owners. Close of the Set while they run: later requests fail with
 // ErrPoolClosed, blocks closed after it are freed, and the device sees
@@ -165,7 +154,7 @@ func TestHostileS39eSetChangedUnderOwners(t *testing.T) {
 			q := cltest.Queue(t)
 			queues := s39eQueues(t, q)
 			own := newS35bOwners(t, q)
-			const limit = 2 << 20
+			const limit = s39eLimit
 			var count atomic.Pointer[allocator.Counting]
 			set := mempool.NewSet(func(q *cl.CommandQueue) (allocator.Allocator, error) {
 				imm, err := allocator.NewImmediate(q, cl.MemReadWrite)

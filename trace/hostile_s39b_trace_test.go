@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// FAILS. Plan's and BestFit's docs: "Events that Read would refuse are
+// Fixed this session (it failed before). Plan's and BestFit's docs: "Events that Read would refuse are
 // planned as Summarize counts them: a free of an id that is not live is
 // ignored, and an allocation of a live id leaves the block it replaces
 // live to the end." Summary.Leaked is "blocks allocated and never freed".
@@ -127,7 +127,7 @@ func naivePlan(events []trace.Event, align int64) (blocks []trace.Placement, siz
 	return blocks, size
 }
 
-// PASSES (kept: Plan's own tests compare it with offline_plan.py on the
+// (Kept: Plan's own tests compare it with offline_plan.py on the
 // recorded traces only, and s38c's brute force is of BestFit): Plan
 // against its doc read literally, on 3,000 random small traces with ids
 // reused, stray frees, repeated allocations of live ids, empty blocks,

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// FAILS. loadPage's doc: "A file whose first character other than white
+// Fixed this session (it failed before). loadPage's doc: "A file whose first character other than white
 // space is '{' is a snapshot; any other, a trace"; the usage: FILE is "a
 // trace ... or a pool snapshot (the JSON of mempool.Pool.Snapshot)".
 // loadPage looks for the '{' in the first 512 bytes only (viz.go,

@@ -30,7 +30,7 @@ func s39cSnapFigures(segs []pageSegment) (managed, requested, activeN int64) {
 	return
 }
 
-// PASSES (exploration): a sanitized pool (guard bytes, a quarantine held
+// A sanitized pool (guard bytes, a quarantine held
 // as inactive splits or held blocks) with a History WithSites on two
 // queues: its snapshot survives a JSON round trip, loads in viz, and the
 // page `clpool viz` writes embeds the same map and figures: the managed

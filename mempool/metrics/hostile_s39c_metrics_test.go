@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// PASSES (exploration, meant for -race): a sanitized pool (quarantine,
+// (For -race.) A sanitized pool (quarantine,
 // guard bytes, no queue caches) allocated from on three goroutines, each
 // on a queue of its own (one out of order, one released midway), while
 // another scrapes a pedantic registry, writes the summary, takes
