@@ -136,9 +136,11 @@ func WithoutSanitizer() Option { return func(c *config) { c.san.on, c.san.off = 
 // finds it, one line each: standard error by default, nowhere for a nil
 // w. It does not turn the sanitizer on. A w that panics is called no more
 // (the panic does not reach the pool's caller); Findings still has every
-// finding. w is called with none of the pool's locks held: it may read the
-// pool (Stats, Snapshot, Summary), but not call Findings, which waits for
-// the checks whose findings w is being given.
+// finding. w is called with none of the pool's locks (or the
+// sanitizer's) held, one call at a time, the lines in the order they were
+// printed: it may call the pool, Close included. Lines printed while w
+// runs, on any goroutine, are written by the call to w under way, once
+// it returns.
 func WithSanitizerOutput(w io.Writer) Option {
 	return func(c *config) { c.san.out, c.san.outSet = w, true }
 }
@@ -279,7 +281,6 @@ type sanitizer struct {
 	due atomic.Bool
 
 	harvestMu sync.Mutex // serializes harvests, so that findings come in the order their checks were enqueued
-	outMu     sync.Mutex // serializes the writes to out (see unlock)
 
 	mu       sync.Mutex           // protects the fields below and the mutable fields of their sanBlocks
 	live     map[uint64]*sanBlock // the active blocks, by ID
@@ -297,7 +298,9 @@ type sanitizer struct {
 	res      *sanRes
 	resErr   error    // why res could not be made, or that it was released
 	warned   bool     // a failure to check was printed
-	lines    []string // printed, to be written to out once mu is let go (unlock)
+	lines    []string // printed in this hold of mu, written once it is let go (sanitize_output.go)
+	outQ     []string // lines left to the write under way
+	writing  bool     // a goroutine writes to out
 }
 
 // sanRes is what the sanitizer's checks need: its program's kernel (set

@@ -146,7 +146,7 @@ func (p *Pool) giveBackSanitized(pb *PooledBuffer, sb *sanBlock, size int64, hoo
 		leaving = slices.Delete(leaving, i, i+1)
 		s.mu.Lock()
 		s.quar = slices.DeleteFunc(s.quar, func(o *sanBlock) bool { return o == sb })
-		s.unlock()
+		s.mu.Unlock() // nothing printed: p.mu is held
 		gone = p.putFree(nil, b, pb.q, true)
 	} else {
 		p.l.quarantine(b, 1)
@@ -173,6 +173,7 @@ func (p *Pool) giveBackSanitized(pb *PooledBuffer, sb *sanBlock, size int64, hoo
 // commands of uses, then enqueues there the check of sb's guard and the
 // fill of its poison (none once the pool is closed: the block is freed).
 func (p *Pool) checkAtClose(sb *sanBlock, uses []policy.Use) {
+	defer p.san.flushQueued() // last: after the queue held below is let go
 	s := p.san
 	s.mu.Lock()
 	res, err := s.resources(sb.blk)
@@ -216,7 +217,7 @@ func (p *Pool) checkAtClose(sb *sanBlock, uses []policy.Use) {
 	}
 	s.mu.Lock()
 	s.poison(sb, cq)
-	s.unlock()
+	s.unlockQueued() // written once cq is let go (flushQueued, deferred above)
 	// A write after Close on another queue is seen only once the poison
 	// is there: the poison is sent at once, and the host waits for it
 	// where the block has no queue of its own.

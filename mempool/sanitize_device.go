@@ -161,6 +161,7 @@ func fill(cq *qstate, blk *block, from, to int64, b byte, wait ...*cl.Event) (*c
 // completed, waiting only for those past the sanKeepFull newest.
 func (s *sanitizer) harvest(all bool) {
 	s.harvestMu.Lock()
+	defer s.flushQueued() // after harvestMu is let go: the writer may call the pool (sanitize_output.go)
 	defer s.harvestMu.Unlock()
 	s.mu.Lock()
 	s.due.Store(false)
@@ -169,7 +170,7 @@ func (s *sanitizer) harvest(all bool) {
 		s.cur = nil
 	}
 	full, res := s.full, s.res
-	s.unlock()
+	s.unlockQueued()
 	if len(full) == 0 || res == nil {
 		return
 	}
@@ -208,7 +209,7 @@ func (s *sanitizer) harvest(all bool) {
 		}
 	}
 	s.mu.Lock()
-	defer s.unlock()
+	defer s.unlockQueued()
 	for i, b := range full[:n] {
 		for j, c := range b.checks {
 			off := binary.NativeEndian.Uint64(results[i][8*j:])

@@ -3,8 +3,6 @@ package mempool
 import (
 	"cmp"
 	"errors"
-	"fmt"
-	"io"
 	"slices"
 
 	"github.com/clpool/clpool/cl"
@@ -43,7 +41,7 @@ func (s *sanitizer) poison(sb *sanBlock, cq *qstate) {
 // at once. p.mu must be held.
 func (s *sanitizer) enter(sb *sanBlock) []*sanBlock {
 	s.mu.Lock()
-	defer s.unlock()
+	defer s.mu.Unlock() // nothing printed: the pool's lock may be held
 	s.quar = append(s.quar, sb)
 	if s.closed || s.stopped {
 		sb.leaving = true
@@ -70,7 +68,7 @@ func (s *sanitizer) enter(sb *sanBlock) []*sanBlock {
 // leaveQuarantine.
 func (s *sanitizer) drain() []*sanBlock {
 	s.mu.Lock()
-	defer s.unlock()
+	defer s.mu.Unlock() // nothing printed: the pool's lock may be held
 	var out []*sanBlock
 	for _, o := range s.quar {
 		if !o.leaving {
@@ -112,11 +110,12 @@ func (p *Pool) leaveQuarantine(bs []*sanBlock) error {
 			_ = sb.poison.Release()
 			sb.poison = nil
 		}
-		s.unlock()
+		s.unlockQueued() // written once the queue is let go (sanitize_output.go)
 		if held {
 			sb.q.q.Unhold()
 		}
 	}
+	s.flushQueued()
 	if own != nil {
 		_ = own.Finish() // the next user, on any queue, comes after the checks
 	}
@@ -128,7 +127,7 @@ func (p *Pool) leaveQuarantine(bs []*sanBlock) error {
 	}
 	s.mu.Lock()
 	s.quar = slices.DeleteFunc(s.quar, func(o *sanBlock) bool { return slices.Contains(bs, o) })
-	s.unlock()
+	s.mu.Unlock() // nothing printed: p.mu is held
 	p.forget()
 	p.mu.Unlock()
 	return p.freeSegments(gone)
@@ -180,7 +179,7 @@ func (s *sanitizer) checkQuarantine(only map[*sanBlock]bool) (waiting []*sanBloc
 // must be held.
 func (s *sanitizer) quarantined(cached map[*block]bool) {
 	s.mu.Lock()
-	defer s.unlock()
+	defer s.mu.Unlock() // nothing printed: the pool's lock may be held
 	for _, sb := range s.quar {
 		cached[sb.blk] = true
 	}
@@ -230,7 +229,7 @@ func (s *sanitizer) releaseIfIdle() {
 	s.harvestMu.Lock()
 	defer s.harvestMu.Unlock()
 	s.mu.Lock()
-	defer s.unlock()
+	defer s.mu.Unlock() // nothing printed here
 	if !s.closed || len(s.live) > 0 || s.inflight > 0 || s.res == nil || len(s.full) > 0 || s.cur != nil && len(s.cur.checks) > 0 {
 		return
 	}
@@ -263,41 +262,4 @@ func (s *sanitizer) warn(sb *sanBlock, err error) {
 			sb.id, callsite.First(sb.alloc), err)
 	}
 	s.warned = true
-}
-
-// print notes a line for the output (WithSanitizerOutput), if any, which
-// unlock writes once s.mu is let go. s.mu must be held.
-func (s *sanitizer) print(format string, args ...any) {
-	if s.out != nil {
-		s.lines = append(s.lines, fmt.Sprintf(format, args...))
-	}
-}
-
-// unlock lets go of s.mu, then writes the lines printed under it to the
-// output: the writer is called with none of the sanitizer's locks (nor
-// the pool's) held, so that it may read the pool (Stats). Lines of
-// different goroutines are written in the order their holds of s.mu end,
-// each goroutine's in its order. A writer that panics is called no more:
-// the panic stops here, so that the pool's operation in progress (a
-// Close, say) finishes; the findings are kept either way.
-func (s *sanitizer) unlock() {
-	lines, out := s.lines, s.out
-	s.lines = nil
-	s.mu.Unlock()
-	if len(lines) == 0 {
-		return
-	}
-	s.outMu.Lock()
-	defer s.outMu.Unlock()
-	defer func() {
-		if recover() != nil {
-			s.mu.Lock()
-			s.out = nil
-			s.lines = nil
-			s.mu.Unlock()
-		}
-	}()
-	for _, l := range lines {
-		_, _ = io.WriteString(out, l)
-	}
 }

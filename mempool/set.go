@@ -169,7 +169,7 @@ func (s *Set) poolOf(call string, q *cl.CommandQueue) (*Pool, error) {
 	if p := s.pools[ctx]; p != nil {
 		return p, nil
 	}
-	if released {
+	if released || q.FinishedNoWait() { // again: it may have been released while s.mu was waited for
 		// A pool made over it would allocate (or probe) on a queue that
 		// is gone, for every queue of the context, for good.
 		return nil, fmt.Errorf("mempool: Set.%s of a released queue makes no pool: %w", call, cl.ErrInvalidCommandQueue)
