@@ -137,10 +137,10 @@ func WithoutSanitizer() Option { return func(c *config) { c.san.on, c.san.off = 
 // w. It does not turn the sanitizer on. A w that panics is called no more
 // (the panic does not reach the pool's caller); Findings still has every
 // finding. w is called with none of the pool's locks (or the
-// sanitizer's) held, one call at a time, the lines in the order they were
-// printed: it may call the pool, Close included. Lines printed while w
-// runs, on any goroutine, are written by the call to w under way, once
-// it returns.
+// sanitizer's) held, one call at a time, each goroutine's lines in the
+// order it printed them: it may call the pool, Close included. Lines
+// printed while w runs, on any goroutine, are written by the call to w
+// under way, once it returns.
 func WithSanitizerOutput(w io.Writer) Option {
 	return func(c *config) { c.san.out, c.san.outSet = w, true }
 }
