@@ -77,8 +77,8 @@ func TestHostileS39cSanitizedPoolScrapesAgree(t *testing.T) {
 			wg.Go(func() {
 				on := p.On(wq)
 				var kept []*mempool.PooledBuffer
-				for i := range 150 {
-					b, err := on.Allocate(int64(1 + (i*7919+w*104729)%(600<<10)))
+				for i := range cltest.Size(q, 20, 150) {
+					b, err := on.Allocate(int64(1 + (i*7919+w*104729)%cltest.Size(q, 16<<10, 600<<10)))
 					if !assert.NoError(t, err) {
 						return
 					}
