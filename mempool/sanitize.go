@@ -137,20 +137,22 @@ func WithoutSanitizer() Option { return func(c *config) { c.san.on, c.san.off = 
 // w. It does not turn the sanitizer on. A w that panics is called no more
 // (the panic does not reach the pool's caller); Findings still has every
 // finding. w is called with none of the pool's locks (or the
-// sanitizer's) held, one call at a time, each goroutine's lines in the
-// order it printed them: it may call the pool, Close included. Lines
-// printed while w runs, on any goroutine, are written by the call to w
-// under way, once it returns.
+// sanitizer's) held, one call at a time across every pool made with this
+// option (a Set's), each goroutine's lines in the order it printed them:
+// it may call the pool, Close included. Lines printed while w runs, on
+// any goroutine, are written by the call to w under way, once it
+// returns.
 func WithSanitizerOutput(w io.Writer) Option {
-	return func(c *config) { c.san.out, c.san.outSet = w, true }
+	out := newSanOutput(w) // one for every pool made with this option (a Set's)
+	return func(c *config) { c.san.out, c.san.outSet = out, true }
 }
 
 // sanConfig is what WithSanitizer, WithoutSanitizer and
 // WithSanitizerOutput say.
 type sanConfig struct {
 	on     bool
-	off    bool // WithoutSanitizer: SanitizeEnv is not read
-	out    io.Writer
+	off    bool       // WithoutSanitizer: SanitizeEnv is not read
+	out    *sanOutput // nil: nowhere
 	outSet bool
 }
 
@@ -277,7 +279,7 @@ func (p *Pool) Findings() []Finding {
 // sanitizer is a pool's memory sanitizer.
 type sanitizer struct {
 	p   *Pool
-	out io.Writer // where findings are printed; nil: nowhere
+	out *sanOutput // where findings are printed; nil: nowhere
 	due atomic.Bool
 
 	harvestMu sync.Mutex // serializes harvests, so that findings come in the order their checks were enqueued
@@ -299,8 +301,7 @@ type sanitizer struct {
 	resErr   error    // why res could not be made, or that it was released
 	warned   bool     // a failure to check was printed
 	lines    []string // printed in this hold of mu, written once it is let go (sanitize_output.go)
-	outQ     []string // lines left to the write under way
-	writing  bool     // a goroutine writes to out
+	queued   []string // printed under harvestMu or a queue's hold, written once they are let go
 }
 
 // sanRes is what the sanitizer's checks need: its program's kernel (set
@@ -344,7 +345,7 @@ type sanCheck struct {
 }
 
 func newSanitizer(p *Pool, c sanConfig) *sanitizer {
-	s := &sanitizer{p: p, out: os.Stderr, live: map[uint64]*sanBlock{}}
+	s := &sanitizer{p: p, out: stderrOutput, live: map[uint64]*sanBlock{}}
 	if c.outSet {
 		s.out = c.out
 	}

@@ -3,92 +3,72 @@ package mempool
 import (
 	"fmt"
 	"io"
+	"os"
+	"sync"
 )
 
 // This file is how the sanitizer writes its findings to its output
 // (WithSanitizerOutput). A line is printed under s.mu, with the finding,
-// and written once s.mu is let go, with no lock of the pool or the
-// sanitizer held, so that the writer may call the pool. One goroutine
-// writes at a time (s.writing): lines printed meanwhile, on any goroutine
-// (the writer's own, through the pool, included), are queued for it
-// (s.outQ), and it writes them before it stops. A writer that panics is
-// called no more: the panic stops here, so that the pool's operation in
+// and handed to the output once s.mu is let go, with no lock of the pool
+// or the sanitizer held, so that the writer may call the pool. The output
+// (sanOutput) is shared by every pool made with one option (a Set's
+// pools): one goroutine writes at a time, and lines handed over
+// meanwhile, on any goroutine and by any of those pools (the writer's own
+// calls into a pool included), are queued for it, and it writes them
+// before it stops. A writer that panics is called no more, by any of
+// those pools: the panic stops here, so that the pool's operation in
 // progress (a Close, say) finishes; the findings are kept either way.
 
-// print notes a line for the output, if any: unlock writes it. s.mu must
-// be held.
-func (s *sanitizer) print(format string, args ...any) {
-	if s.out != nil {
-		s.lines = append(s.lines, fmt.Sprintf(format, args...))
-	}
+// sanOutput is a writer of findings, shared by the pools made with one
+// WithSanitizerOutput option.
+type sanOutput struct {
+	w io.Writer
+
+	mu      sync.Mutex // protects the fields below
+	queue   []string   // lines left to the write under way
+	writing bool       // a goroutine writes to w
+	dead    bool       // w panicked: it is called no more
 }
 
-// unlock lets go of s.mu, then writes the lines printed under it, or
-// queues them if a write is under way. No other lock of the pool or the
-// sanitizer may be held: harvest, under harvestMu, queues its lines
-// instead (unlockQueued), and writes them once it lets go of harvestMu.
-func (s *sanitizer) unlock() {
-	lines := s.lines
-	s.lines = nil
-	if len(lines) == 0 {
-		s.mu.Unlock()
+// stderrOutput is the output of pools made without WithSanitizerOutput.
+var stderrOutput = newSanOutput(os.Stderr)
+
+// newSanOutput returns the output to w; nil for a nil w (nowhere).
+func newSanOutput(w io.Writer) *sanOutput {
+	if w == nil {
+		return nil
+	}
+	return &sanOutput{w: w}
+}
+
+// emit writes lines, then the lines handed over meanwhile, until none is
+// left; if a write is under way, it leaves lines to it. No lock of the
+// pool or the sanitizer may be held. The loop ends when it finds the
+// queue empty, or w dead.
+func (o *sanOutput) emit(lines []string) {
+	o.mu.Lock()
+	if o.dead {
+		o.mu.Unlock()
 		return
 	}
-	if s.writing {
-		s.outQ = append(s.outQ, lines...)
-		s.mu.Unlock()
+	o.queue = append(o.queue, lines...)
+	if o.writing {
+		o.mu.Unlock()
 		return
 	}
-	s.writing = true
-	s.mu.Unlock()
-	s.write(lines)
-}
-
-// unlockQueued lets go of s.mu, queueing the lines printed under it for
-// flushQueued.
-func (s *sanitizer) unlockQueued() {
-	s.outQ = append(s.outQ, s.lines...)
-	s.lines = nil
-	s.mu.Unlock()
-}
-
-// flushQueued writes the queued lines, unless a write is under way (it
-// writes them). No lock of the pool or the sanitizer may be held.
-func (s *sanitizer) flushQueued() {
-	s.mu.Lock()
-	if s.writing || len(s.outQ) == 0 {
-		s.mu.Unlock()
-		return
-	}
-	lines := s.outQ
-	s.outQ, s.writing = nil, true
-	s.mu.Unlock()
-	s.write(lines)
-}
-
-// write writes lines to the output, then the lines queued meanwhile,
-// until none is left, and ends the write (s.writing). s.writing must be
-// set by the caller, and s.mu not held. It ends when it finds the queue
-// empty, or the output gone (nil, or panicked).
-func (s *sanitizer) write(lines []string) {
-	for {
-		s.mu.Lock()
-		out := s.out
-		s.mu.Unlock()
-		if out != nil && !writeLines(out, lines) {
-			s.mu.Lock()
-			s.out = nil // called no more
-			s.mu.Unlock()
+	o.writing = true
+	for len(o.queue) > 0 && !o.dead {
+		batch := o.queue
+		o.queue = nil
+		o.mu.Unlock()
+		ok := writeLines(o.w, batch)
+		o.mu.Lock()
+		if !ok {
+			o.dead, o.queue = true, nil // called no more
 		}
-		s.mu.Lock()
-		lines, s.outQ = s.outQ, nil
-		if len(lines) == 0 || s.out == nil {
-			s.writing = false
-			s.mu.Unlock()
-			return
-		}
-		s.mu.Unlock()
 	}
+	o.writing = false
+	o.mu.Unlock()
 }
 
 // writeLines writes lines to w, and reports whether w returned from each
@@ -103,4 +83,46 @@ func writeLines(w io.Writer, lines []string) (ok bool) {
 		_, _ = io.WriteString(w, l)
 	}
 	return true
+}
+
+// print notes a line for the output, if any: unlock hands it over. s.mu
+// must be held.
+func (s *sanitizer) print(format string, args ...any) {
+	if s.out != nil {
+		s.lines = append(s.lines, fmt.Sprintf(format, args...))
+	}
+}
+
+// unlock lets go of s.mu, then hands the lines printed under it to the
+// output. No other lock of the pool or the sanitizer may be held, nor a
+// queue's hold: harvest, under harvestMu, and the holders of a queue keep
+// their lines instead (unlockQueued), and hand them over once they let go
+// (flushQueued).
+func (s *sanitizer) unlock() {
+	lines := s.lines
+	s.lines = nil
+	s.mu.Unlock()
+	if len(lines) > 0 {
+		s.out.emit(lines)
+	}
+}
+
+// unlockQueued lets go of s.mu, keeping the lines printed under it for
+// flushQueued.
+func (s *sanitizer) unlockQueued() {
+	s.queued = append(s.queued, s.lines...)
+	s.lines = nil
+	s.mu.Unlock()
+}
+
+// flushQueued hands the lines kept by unlockQueued to the output. No lock
+// of the pool or the sanitizer may be held, nor a queue's hold.
+func (s *sanitizer) flushQueued() {
+	s.mu.Lock()
+	lines := s.queued
+	s.queued = nil
+	s.mu.Unlock()
+	if len(lines) > 0 {
+		s.out.emit(lines)
+	}
 }

@@ -223,14 +223,15 @@ func (s *sanitizer) poolClosing() error {
 }
 
 // releaseIfIdle releases the sanitizer's kernel, queue and result buffers
-// once the pool is closed and no block it tracks is open or closing. A
-// block closed later is checked without them: never, as none is left.
+// once the pool is closed and no block it tracks is open, closing or in
+// the quarantine (whose blocks are checked as they leave it). A block
+// closed later is checked without them: never, as none is left.
 func (s *sanitizer) releaseIfIdle() {
 	s.harvestMu.Lock()
 	defer s.harvestMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock() // nothing printed here
-	if !s.closed || len(s.live) > 0 || s.inflight > 0 || s.res == nil || len(s.full) > 0 || s.cur != nil && len(s.cur.checks) > 0 {
+	if !s.closed || len(s.live) > 0 || s.inflight > 0 || len(s.quar) > 0 || s.res == nil || len(s.full) > 0 || s.cur != nil && len(s.cur.checks) > 0 {
 		return
 	}
 	res := s.res

@@ -160,7 +160,6 @@ func (s *Set) poolOf(call string, q *cl.CommandQueue) (*Pool, error) {
 		return nil, fmt.Errorf("mempool: Set.%s(nil): %w", call, cl.ErrInvalidCommandQueue)
 	}
 	ctx := q.Context()
-	released := q.Finished() // before s.mu: it waits for a Release under way
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -169,11 +168,13 @@ func (s *Set) poolOf(call string, q *cl.CommandQueue) (*Pool, error) {
 	if p := s.pools[ctx]; p != nil {
 		return p, nil
 	}
-	if released || q.FinishedNoWait() { // again: it may have been released while s.mu was waited for
-		// A pool made over it would allocate (or probe) on a queue that
-		// is gone, for every queue of the context, for good.
-		return nil, fmt.Errorf("mempool: Set.%s of a released queue makes no pool: %w", call, cl.ErrInvalidCommandQueue)
+	// q is held while its pool is made: a pool made over a queue
+	// released, or being released, would allocate (or probe) on a queue
+	// that is gone, for every queue of the context, for good.
+	if !q.TryHold() {
+		return nil, fmt.Errorf("mempool: Set.%s of a released queue (or one being released) makes no pool: %w", call, cl.ErrInvalidCommandQueue)
 	}
+	defer q.Unhold()
 	src, err := s.callNewSource(q)
 	switch {
 	case err != nil:
