@@ -175,7 +175,7 @@ func (b *SVMBudget) Allocate(size int64) (*cl.SVM, error) {
 	if err := reserve(&b.live, b.budget, size, "clSVMAlloc", "allocator.SVMBudget"); err != nil {
 		return nil, err
 	}
-	s, err, pv := allocateInner[*cl.SVM](b.inner, size)
+	s, err, pv := allocateSVMInner(b.inner, size)
 	if err != nil || pv != nil {
 		b.live.Add(-size)
 		repanic(pv)
@@ -197,7 +197,7 @@ func (b *SVMBudget) Free(s *cl.SVM) error {
 	if _, ok := b.allocs.LoadAndDelete(s); !ok {
 		return errNotHere("SVMBudget", s.Size())
 	}
-	err, pv := freeInner(b.inner, s)
+	err, pv := freeSVMInner(b.inner, s)
 	if (err != nil || pv != nil) && !s.Freed() {
 		b.allocs.Store(s, struct{}{}) // still b's: a retry may free it
 		repanic(pv)
@@ -216,3 +216,24 @@ func (b *SVMBudget) Limit() int64 { return b.budget }
 
 // Unwrap returns the wrapped allocator.
 func (b *SVMBudget) Unwrap() SVMAllocator { return b.inner }
+
+// allocateSVMInner is allocateInner for an SVM allocator.
+func allocateSVMInner(a SVMAllocator, size int64) (s *cl.SVM, err error, pv any) {
+	defer func() {
+		if v := recover(); v != nil {
+			pv = v
+		}
+	}()
+	s, err = a.Allocate(size)
+	return s, err, nil
+}
+
+// freeSVMInner is freeInner for an SVM allocator.
+func freeSVMInner(a SVMAllocator, s *cl.SVM) (err error, pv any) {
+	defer func() {
+		if v := recover(); v != nil {
+			pv = v
+		}
+	}()
+	return a.Free(s), nil
+}

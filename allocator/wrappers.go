@@ -44,7 +44,7 @@ func (b *Budget) Allocate(size int64) (*cl.Buffer, error) {
 	if err := b.reserve(size); err != nil {
 		return nil, err
 	}
-	buf, err, pv := allocateInner[*cl.Buffer](b.inner, size)
+	buf, err, pv := allocateInner(b.inner, size)
 	if err != nil || pv != nil {
 		b.live.Add(-size)
 		repanic(pv)
@@ -135,7 +135,7 @@ func (b *Budget) Free(buf *cl.Buffer) error {
 // panicking allocator beneath a wrapper leaves the wrapper's counts true
 // (a mempool.Pool recovers the panic and goes on). freeInner is the same
 // for Free. (No closure: the wrappers' path allocates nothing more.)
-func allocateInner[M any, A interface{ Allocate(int64) (M, error) }](a A, size int64) (m M, err error, pv any) {
+func allocateInner(a Allocator, size int64) (m *cl.Buffer, err error, pv any) {
 	defer func() {
 		if v := recover(); v != nil { // panic(nil) recovers a *runtime.PanicNilError
 			pv = v
@@ -146,7 +146,7 @@ func allocateInner[M any, A interface{ Allocate(int64) (M, error) }](a A, size i
 }
 
 // freeInner is allocateInner for a.Free(m).
-func freeInner[M any, A interface{ Free(M) error }](a A, m M) (err error, pv any) {
+func freeInner(a Allocator, m *cl.Buffer) (err error, pv any) {
 	defer func() {
 		if v := recover(); v != nil {
 			pv = v
