@@ -175,7 +175,7 @@ func s39aRandomRun(t *testing.T, kind string, arena, hooked bool, seed uint64) {
 	prev := base
 	reclaimed := int64(0)
 	stopped := false
-	for step := range cltest.Size(q, 150, 500) {
+	for step := range cltest.Size(q, 60, 500) {
 		op := rng.IntN(22)
 		name := fmt.Sprintf("seed %d step %d op %d", seed, step, op)
 		before := p.Stats()
