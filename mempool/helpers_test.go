@@ -3,6 +3,7 @@ package mempool_test
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"sync"
@@ -203,4 +204,27 @@ func policyOptions(arena bool) []mempool.Option {
 		return []mempool.Option{mempool.WithArena()}
 	}
 	return nil
+}
+
+// sanPoolTo returns a queue and a sanitized pool over Immediate on it
+// whose findings go to w, with opts after. Unlike newSanFixture's, the
+// pool has no cleanup: a test of a hang must call nothing of a pool that
+// hung, so the test closes it.
+func sanPoolTo(t *testing.T, w io.Writer, opts ...mempool.Option) (*cl.CommandQueue, *mempool.Pool) {
+	t.Helper()
+	q := cltest.Queue(t)
+	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
+	require.NoError(t, err)
+	p, err := mempool.New(imm, append([]mempool.Option{mempool.WithSanitizer(), mempool.WithSanitizerOutput(w)}, opts...)...)
+	require.NoError(t, err)
+	return q, p
+}
+
+// findingKinds counts findings by kind.
+func findingKinds(fs []mempool.Finding) map[mempool.FindingKind]int {
+	kinds := map[mempool.FindingKind]int{}
+	for _, f := range fs {
+		kinds[f.Kind]++
+	}
+	return kinds
 }

@@ -419,10 +419,7 @@ func TestHostileS32bSanitizerFindings(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		fs := f.pool.Findings()
-		kinds := map[mempool.FindingKind]int{}
-		for _, x := range fs {
-			kinds[x.Kind]++
-		}
+		kinds := findingKinds(fs)
 		assert.Equal(t, 1, kinds[mempool.OutOfBounds], "%v", fs)
 		assert.Equal(t, 1, kinds[mempool.Dropped], "%v", fs)
 		st := f.pool.Stats()
@@ -801,11 +798,8 @@ func TestHostileS32bSanitizerAfterPoolClose(t *testing.T) {
 			runtime.GC()
 			time.Sleep(10 * time.Millisecond)
 		}
-		kinds := map[mempool.FindingKind]int{}
 		fs := f.pool.Findings()
-		for _, x := range fs {
-			kinds[x.Kind]++
-		}
+		kinds := findingKinds(fs)
 		assert.Equal(t, 2, kinds[mempool.LeakedAtClose], "%v", fs)
 		assert.Equal(t, 1, kinds[mempool.OutOfBounds], "%v", fs)
 		assert.Equal(t, 1, kinds[mempool.Dropped], "%v", fs)

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/clpool/clpool/allocator"
-	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
 	"github.com/clpool/clpool/mempool"
 	"github.com/stretchr/testify/assert"
@@ -42,13 +40,8 @@ func (w *statsWriter) Write(b []byte) (int, error) {
 // (sanitizer.quarantined), s.mu again: the goroutine waits for itself.
 // Here Close, which reports a LeakedAtClose, never returns.
 func TestHostileS39cSanitizerOutputThatReadsStatsDeadlocks(t *testing.T) {
-	q := cltest.Queue(t)
-	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
-	require.NoError(t, err)
 	w := &statsWriter{}
-	// Not pooltest.New: a hung pool must have no cleanup that calls it.
-	p, err := mempool.New(imm, mempool.WithSanitizer(), mempool.WithSanitizerOutput(w), mempool.WithLimit(0))
-	require.NoError(t, err)
+	_, p := sanPoolTo(t, w, mempool.WithLimit(0))
 	w.p.Store(p)
 	b, err := p.Allocate(1000)
 	require.NoError(t, err)
@@ -68,12 +61,8 @@ func TestHostileS39cSanitizerOutputThatReadsStatsDeadlocks(t *testing.T) {
 // s.mu in sanitizer.quarantined).
 func TestHostileS39cSanitizerOutputThatReadsStatsAtFindings(t *testing.T) {
 	cltest.Watchdog(t, 60*time.Second)
-	q := cltest.Queue(t)
-	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
-	require.NoError(t, err)
 	w := &statsWriter{}
-	p, err := mempool.New(imm, mempool.WithSanitizer(), mempool.WithSanitizerOutput(w), mempool.WithLimit(0))
-	require.NoError(t, err)
+	q, p := sanPoolTo(t, w, mempool.WithLimit(0))
 	w.p.Store(p)
 	b, err := p.Allocate(1000)
 	require.NoError(t, err)

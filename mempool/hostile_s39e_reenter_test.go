@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
 	"github.com/clpool/clpool/internal/pooltest"
@@ -101,12 +100,8 @@ func TestHostileS39eHooksReadThePoolWhileCachesDrain(t *testing.T) {
 // of its own (f341535): the next Stats (or Allocate) of any goroutine
 // hung, and so did every finalizer of the program after it.
 func TestHostileS39eSanitizerOutputReadsStatsOnDrop(t *testing.T) {
-	q := cltest.Queue(t)
-	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
-	require.NoError(t, err)
 	w := &statsWriter{}
-	p, err := mempool.New(imm, mempool.WithSanitizer(), mempool.WithSanitizerOutput(w))
-	require.NoError(t, err)
+	_, p := sanPoolTo(t, w)
 	w.p.Store(p)
 	func() {
 		b, err := p.Allocate(1000)

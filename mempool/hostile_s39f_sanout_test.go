@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/clpool/clpool/allocator"
-	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
 	"github.com/clpool/clpool/mempool"
 	"github.com/stretchr/testify/assert"
@@ -54,13 +52,8 @@ func (w *s39fCloserWriter) Write(b []byte) (int, error) {
 // s.unlock()` runs before `defer s.harvestMu.Unlock()`.
 func TestHostileS39fSanitizerOutputThatClosesThePoolAtAHarvest(t *testing.T) {
 	cltest.Watchdog(t, 5*time.Minute)
-	q := cltest.Queue(t)
-	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
-	require.NoError(t, err)
 	w := &s39fCloserWriter{entered: make(chan struct{}), closed: make(chan struct{})}
-	// Not pooltest.New: a hung pool must have no cleanup that calls it.
-	p, err := mempool.New(imm, mempool.WithSanitizer(), mempool.WithSanitizerOutput(w), mempool.WithLimit(0))
-	require.NoError(t, err)
+	q, p := sanPoolTo(t, w, mempool.WithLimit(0))
 	w.p.Store(p)
 
 	bad, err := p.Allocate(1000)
@@ -142,12 +135,8 @@ func (w *s39fPanicOnceWriter) Write(b []byte) (int, error) {
 // output when the call under way panics.
 func TestHostileS39fPanickedOutputWriterIsCalledAgain(t *testing.T) {
 	cltest.Watchdog(t, 5*time.Minute)
-	q := cltest.Queue(t)
-	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
-	require.NoError(t, err)
 	w := &s39fPanicOnceWriter{entered: make(chan struct{}), release: make(chan struct{})}
-	p, err := mempool.New(imm, mempool.WithSanitizer(), mempool.WithSanitizerOutput(w), mempool.WithLimit(0))
-	require.NoError(t, err)
+	q, p := sanPoolTo(t, w, mempool.WithLimit(0))
 	leaked, err := p.Allocate(1000)
 	require.NoError(t, err)
 	bad, err := p.Allocate(1000)
@@ -181,10 +170,7 @@ func TestHostileS39fPanickedOutputWriterIsCalledAgain(t *testing.T) {
 		t.Fatalf("the pool's Close did not return within %v", hangLimit)
 	}
 	assert.Zero(t, w.after.Load(), "the writer panicked: it is called no more")
-	kinds := map[mempool.FindingKind]int{}
-	for _, f := range p.Findings() {
-		kinds[f.Kind]++
-	}
+	kinds := findingKinds(p.Findings())
 	assert.Equal(t, 2, kinds[mempool.LeakedAtClose], "Findings still has every finding")
 	assert.Equal(t, 1, kinds[mempool.OutOfBounds], "Findings still has every finding")
 	require.NoError(t, leaked.Close())

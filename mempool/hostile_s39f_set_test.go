@@ -31,50 +31,80 @@ import (
 // likes (the doc allows it), and the queue's Release lands in between.
 func TestHostileS39fSetQueueReleasedWhileWaitingForTheSetsLock(t *testing.T) {
 	cltest.Watchdog(t, 5*time.Minute)
-	qa := cltest.Queue(t) // context A: its pool's making blocks, holding the Set's lock
-	qb := cltest.Queue(t) // context B: live
-	dead, err := cl.NewCommandQueue(qb.Context(), qb.Device(), 0)
-	require.NoError(t, err)
-
-	enteredA, releaseA := make(chan struct{}), make(chan struct{})
-	s := mempool.NewSet(func(q *cl.CommandQueue) (allocator.Allocator, error) {
-		if q.Context() == qa.Context() {
-			close(enteredA)
-			<-releaseA
-		}
-		return allocator.NewImmediate(q, cl.MemReadWrite)
-	})
-	defer func() { assert.NoError(t, s.Close()) }()
-
-	aDone := make(chan error, 1)
-	go func() {
-		_, err := s.Pool(qa)
-		aDone <- err
-	}()
-	<-enteredA
-	type result struct {
-		p   *mempool.Pool
-		err error
-	}
-	bDone := make(chan result, 1)
-	go func() {
-		p, err := s.Pool(dead)
-		bDone <- result{p, err}
-	}()
-	if !s39fBlockedIn(t, "(*Set).poolOf") {
-		close(releaseA)
+	ws := newS39fWaitingSet(t, "")
+	if ws == nil {
 		return
 	}
-	require.NoError(t, dead.Release()) // before the Set makes anything of it
-	close(releaseA)
-	require.NoError(t, <-aDone)
-	r := <-bDone
+	require.NoError(t, ws.dead.Release()) // before the Set makes anything of it
+	close(ws.releaseA)
+	require.NoError(t, <-ws.aDone)
+	r := <-ws.bDone
 	if r.err == nil {
 		t.Logf("Set.Pool of the queue released before the pool was made returned a pool (stats: %+v)", countersOf(r.p.Stats()))
 	}
 
-	b, err := s.On(qb).Allocate(100)
+	b, err := ws.s.On(ws.qb).Allocate(100)
 	if assert.NoError(t, err, "a live queue of context B is served: the released queue made no pool of B") {
 		require.NoError(t, b.Close())
 	}
+}
+
+// s39fWaitingSet is a Set (closed at the test's end) whose making of
+// context A's pool blocks, holding the Set's lock, until releaseA is
+// closed, and a request for the pool of dead, a new queue of context B
+// (qb's), that waits for that lock: Set.Pool's answer comes on bDone, the
+// pool of A's error on aDone.
+type s39fWaitingSet struct {
+	s        *mempool.Set
+	qb, dead *cl.CommandQueue
+	releaseA chan struct{}
+	aDone    chan error
+	bDone    chan s39fPoolResult
+}
+
+// s39fPoolResult is what Set.Pool returned.
+type s39fPoolResult struct {
+	p   *mempool.Pool
+	err error
+}
+
+// newS39fWaitingSet makes an s39fWaitingSet once its request is seen
+// waiting (s39fBlockedIn); nil if it is not (the test has failed, and
+// releaseA is closed). If skip is not "", the test is skipped on a
+// simulator, with that reason, before a queue of B is made.
+func newS39fWaitingSet(t *testing.T, skip string) *s39fWaitingSet {
+	t.Helper()
+	qa := cltest.Queue(t) // context A: its pool's making blocks, holding the Set's lock
+	qb := cltest.Queue(t) // context B: live
+	require.True(t, qa.Context() != qb.Context(), "two contexts")
+	if skip != "" && cltest.Simulator(qb) {
+		t.Skip(skip)
+	}
+	dead, err := cl.NewCommandQueue(qb.Context(), qb.Device(), 0)
+	require.NoError(t, err)
+
+	enteredA := make(chan struct{})
+	ws := &s39fWaitingSet{qb: qb, dead: dead, releaseA: make(chan struct{}), aDone: make(chan error, 1), bDone: make(chan s39fPoolResult, 1)}
+	ws.s = mempool.NewSet(func(q *cl.CommandQueue) (allocator.Allocator, error) {
+		if q.Context() == qa.Context() {
+			close(enteredA)
+			<-ws.releaseA
+		}
+		return allocator.NewImmediate(q, cl.MemReadWrite)
+	})
+	t.Cleanup(func() { assert.NoError(t, ws.s.Close()) })
+	go func() {
+		_, err := ws.s.Pool(qa)
+		ws.aDone <- err
+	}()
+	<-enteredA
+	go func() {
+		p, err := ws.s.Pool(dead) // not released yet: its first look passes
+		ws.bDone <- s39fPoolResult{p, err}
+	}()
+	if !s39fBlockedIn(t, "(*Set).poolOf") {
+		close(ws.releaseA)
+		return nil
+	}
+	return ws
 }

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/clpool/clpool/allocator"
-	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
 	"github.com/clpool/clpool/mempool"
 	"github.com/stretchr/testify/assert"
@@ -68,13 +66,8 @@ func (w *s39gLeakCloser) Write(b []byte) (int, error) {
 // does not wait for the quarantine (len(s.quar) > 0) to be drained.
 func TestHostileS39gWriterClosingTheLeakSkipsTheQuarantinesChecks(t *testing.T) {
 	cltest.Watchdog(t, 5*time.Minute)
-	q := cltest.Queue(t)
-	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
-	require.NoError(t, err)
 	w := &s39gLeakCloser{}
-	// Not pooltest.New: a hung pool must have no cleanup that calls it.
-	p, err := mempool.New(imm, mempool.WithSanitizer(), mempool.WithSanitizerOutput(w))
-	require.NoError(t, err)
+	q, p := sanPoolTo(t, w)
 
 	victim, err := p.Allocate(1000)
 	require.NoError(t, err)
@@ -97,10 +90,7 @@ func TestHostileS39gWriterClosingTheLeakSkipsTheQuarantinesChecks(t *testing.T) 
 	assert.NoError(t, w.err, "the writer's Close of the leaked block")
 	lines := append([]string(nil), w.lines...)
 	w.mu.Unlock()
-	kinds := map[mempool.FindingKind]int{}
-	for _, f := range p.Findings() {
-		kinds[f.Kind]++
-	}
+	kinds := findingKinds(p.Findings())
 	assert.Equal(t, 1, kinds[mempool.LeakedAtClose], "the leaked block")
 	assert.Equal(t, 1, kinds[mempool.WriteAfterClose],
 		"the write after Close to the block in quarantine is found at the pool's Close (lines written: %q)", lines)
@@ -110,12 +100,8 @@ func TestHostileS39gWriterClosingTheLeakSkipsTheQuarantinesChecks(t *testing.T) 
 // a writer that calls nothing, finds the write after Close at its Close.
 func TestHostileS39gQuarantineCheckedAtCloseControl(t *testing.T) {
 	cltest.Watchdog(t, 5*time.Minute)
-	q := cltest.Queue(t)
-	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
-	require.NoError(t, err)
 	w := &s39gLeakCloser{}
-	p, err := mempool.New(imm, mempool.WithSanitizer(), mempool.WithSanitizerOutput(w))
-	require.NoError(t, err)
+	q, p := sanPoolTo(t, w)
 	victim, err := p.Allocate(1000)
 	require.NoError(t, err)
 	base, off := victim.Base(), victim.Offset()
@@ -128,10 +114,7 @@ func TestHostileS39gQuarantineCheckedAtCloseControl(t *testing.T) {
 	if !within(t, "the pool's Close", func() { assert.NoError(t, p.Close()) }) {
 		return
 	}
-	kinds := map[mempool.FindingKind]int{}
-	for _, f := range p.Findings() {
-		kinds[f.Kind]++
-	}
+	kinds := findingKinds(p.Findings())
 	assert.Equal(t, 1, kinds[mempool.WriteAfterClose])
 	require.NoError(t, leak.Close())
 }

@@ -173,10 +173,7 @@ func s39gReenter(t *testing.T, act func(p *mempool.Pool), late bool) {
 	slices.Sort(got)
 	assert.Equal(t, want, got, "each finding's line written once")
 	assert.Equal(t, int64(1), w.most.Load(), "one call at a time")
-	kinds := map[mempool.FindingKind]int{}
-	for _, f := range fs {
-		kinds[f.Kind]++
-	}
+	kinds := findingKinds(fs)
 	assert.Equal(t, 6, kinds[mempool.OutOfBounds], "findings: %v", fs)
 	assert.Equal(t, 3, kinds[mempool.WriteAfterClose], "findings: %v", fs)
 	_ = leak

@@ -9,10 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
-	"github.com/clpool/clpool/mempool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -64,44 +62,11 @@ func s39gSeenIn(t *testing.T, frames ...string) bool {
 // finished.
 func TestHostileS39gSetQueueReleaseUnderWayAtTheSecondCheck(t *testing.T) {
 	cltest.Watchdog(t, 5*time.Minute)
-	qa := cltest.Queue(t) // context A: its pool's making blocks, holding the Set's lock
-	qb := cltest.Queue(t) // context B: live
-	require.True(t, qa.Context() != qb.Context(), "two contexts")
-	if cltest.Simulator(qb) {
-		t.Skip("needs a kernel that keeps a Release in clFinish a while: too slow on a simulator")
-	}
-	dead, err := cl.NewCommandQueue(qb.Context(), qb.Device(), 0)
-	require.NoError(t, err)
-
-	enteredA, releaseA := make(chan struct{}), make(chan struct{})
-	s := mempool.NewSet(func(q *cl.CommandQueue) (allocator.Allocator, error) {
-		if q.Context() == qa.Context() {
-			close(enteredA)
-			<-releaseA
-		}
-		return allocator.NewImmediate(q, cl.MemReadWrite)
-	})
-	defer func() { assert.NoError(t, s.Close()) }()
-
-	aDone := make(chan error, 1)
-	go func() {
-		_, err := s.Pool(qa)
-		aDone <- err
-	}()
-	<-enteredA
-	type result struct {
-		p   *mempool.Pool
-		err error
-	}
-	bDone := make(chan result, 1)
-	go func() {
-		p, err := s.Pool(dead) // not released yet: its first look passes
-		bDone <- result{p, err}
-	}()
-	if !s39fBlockedIn(t, "(*Set).poolOf") {
-		close(releaseA)
+	ws := newS39fWaitingSet(t, "needs a kernel that keeps a Release in clFinish a while: too slow on a simulator")
+	if ws == nil {
 		return
 	}
+	s, qb, dead, releaseA := ws.s, ws.qb, ws.dead, ws.releaseA
 
 	// A long kernel on dead, so that its Release stays in clFinish.
 	n := 64
@@ -124,8 +89,8 @@ func TestHostileS39gSetQueueReleaseUnderWayAtTheSecondCheck(t *testing.T) {
 	// The Release has begun (its flag is set before clFinish): now the
 	// request's second check, under the Set's lock.
 	close(releaseA)
-	require.NoError(t, <-aDone)
-	r := <-bDone
+	require.NoError(t, <-ws.aDone)
+	r := <-ws.bDone
 	select {
 	case err := <-relDone:
 		require.NoError(t, err)

@@ -12,12 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/clpool/clpool/allocator"
-	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
 	"github.com/clpool/clpool/mempool"
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // (Coverage: four goroutines, each on a queue of its own (On),
@@ -28,9 +25,6 @@ import (
 // every goroutine has returned.
 func TestHostileS39gOutputUnderConcurrentFindings(t *testing.T) {
 	cltest.Watchdog(t, 10*time.Minute)
-	q := cltest.Queue(t)
-	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
-	require.NoError(t, err)
 	var calls atomic.Int64
 	w := &s39gCaller{act: func(p *mempool.Pool) {
 		switch calls.Add(1) % 3 {
@@ -44,8 +38,7 @@ func TestHostileS39gOutputUnderConcurrentFindings(t *testing.T) {
 			}
 		}
 	}}
-	p, err := mempool.New(imm, mempool.WithSanitizer(), mempool.WithSanitizerOutput(w))
-	require.NoError(t, err)
+	q, p := sanPoolTo(t, w)
 	w.p.Store(p)
 
 	const workers, rounds = 4, 40
@@ -103,10 +96,7 @@ func TestHostileS39gOutputUnderConcurrentFindings(t *testing.T) {
 	if !ok {
 		return
 	}
-	kinds := map[mempool.FindingKind]int{}
-	for _, f := range fs {
-		kinds[f.Kind]++
-	}
+	kinds := findingKinds(fs)
 	assert.Equal(t, want, got, "each finding's line written once")
 	assert.Equal(t, int64(1), w.most.Load(), "one call at a time")
 	assert.Equal(t, workers*((rounds+2)/3), kinds[mempool.OutOfBounds])
@@ -152,15 +142,11 @@ type s39gDropCloser struct {
 // findings.
 func TestHostileS39gOutputClosesThePoolOnTheFinalizer(t *testing.T) {
 	cltest.Watchdog(t, 5*time.Minute)
-	q := cltest.Queue(t)
-	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
-	require.NoError(t, err)
 	w := &s39gDropCloser{closed: make(chan struct{})}
 	w.act = func(p *mempool.Pool) {} // w.p stays nil: the closing is s39gFinalCloser's
 	var pool atomic.Pointer[mempool.Pool]
 	wr := &s39gFinalCloser{w: w, pool: &pool}
-	p, err := mempool.New(imm, mempool.WithSanitizer(), mempool.WithSanitizerOutput(wr))
-	require.NoError(t, err)
+	q, p := sanPoolTo(t, wr)
 	pool.Store(p)
 	stop := make(chan struct{})
 	churned := make(chan struct{})
