@@ -123,7 +123,7 @@ func (c *core) decide(req *request, lad *ladder) (d decision) {
 		c.forget()
 	}
 	d.seg = c.reserve(lad.try(), lad.own.Size, d.free)
-	lad.freesSeen = c.l.freeBatches
+	lad.freesSeen, lad.settledSeen = c.l.freeBatches, c.l.settled
 	if d.drain {
 		lad.pending = d.seg
 	}

@@ -39,16 +39,17 @@ import (
 // as many times as the pool had segments when it began, and rung 5, at
 // most finalRounds times.
 type ladder struct {
-	seg, own  *segment // the policy's segment for the request, and the smallest that serves it
-	rung      int      // the rung to take at the next refusal
-	frees     int      // rung 3's remaining frees; -1 before it begins
-	useOwn    bool     // rung 4 was taken: try own
-	final     bool     // rung 5: decide frees every wholly free segment first
-	freesSeen int64    // the pool's batches of frees when the last decision was made
-	finals    int      // rung 5's rounds so far
-	cause     error    // the device's last refusal; nil if only the limit refused
-	pressed   bool     // refused once: any free block that fits serves (placement.GetAnyOn)
-	pending   *segment // reserved before a drain, taken back by the next decide
+	seg, own    *segment // the policy's segment for the request, and the smallest that serves it
+	rung        int      // the rung to take at the next refusal
+	frees       int      // rung 3's remaining frees; -1 before it begins
+	useOwn      bool     // rung 4 was taken: try own
+	final       bool     // rung 5: decide frees every wholly free segment first
+	freesSeen   int64    // the pool's batches of frees when the last decision was made
+	settledSeen int64    // and the arrivals of memory (ledger.settled)
+	finals      int      // rung 5's rounds so far
+	cause       error    // the device's last refusal; nil if only the limit refused
+	pressed     bool     // refused once: any free block that fits serves (placement.GetAnyOn)
+	pending     *segment // reserved before a drain, taken back by the next decide
 }
 
 // Rungs of the ladder.
@@ -119,6 +120,7 @@ func (p *Pool) serve(req *request) (*block, []policy.Use, error) {
 		p.lock()
 		d = p.decide(req, &lad)
 		p.mu.Unlock()
+		p.freed.Broadcast() // it may have taken a reservation back: see inFlightLocked
 	}
 }
 
@@ -152,6 +154,7 @@ func (p *Pool) grow(req *request, seg *segment) (*block, error) {
 	p.lock()
 	b := p.commit(req, seg)
 	p.mu.Unlock()
+	p.freed.Broadcast() // see inFlightLocked
 	if hookErr != nil {
 		// The segment stays, held; the request fails.
 		*req.pb = PooledBuffer{pool: p, blk: b, size: req.size, q: req.q}
@@ -209,20 +212,27 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 				return p.retried() // a block came back: it may serve the request
 			}
 		case rungFree:
-			p.drainFor(req)
+			// Blocks back from the caches or the quarantine may serve
+			// the request: such a pass retries and frees nothing (the
+			// block that fits would be the largest wholly free one).
+			moved := p.drainFor(req)
 			p.lock()
 			if lad.frees < 0 {
 				lad.frees = p.pol.Counts().Segments
 			}
 			var s *segment
-			if lad.frees > 0 {
+			retry := lad.frees > 0
+			if retry {
 				lad.frees--
-				s = p.pol.TakeLargest()
+				if !moved {
+					s = p.pol.TakeLargest()
+					retry = s != nil
+				}
 			}
 			p.forget(s)
 			p.mu.Unlock()
 			p.freeFor(req, segmentsOf(s))
-			if s != nil {
+			if retry {
 				return p.retried()
 			}
 			lad.rung = rungOwn
@@ -242,15 +252,15 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 			}
 			p.drainFor(req)
 			p.lock()
-			// Segments being given back are memory the device will
-			// have: wait for the frees in flight now (each ends in
-			// freeSegments, which signals freed).
-			for seen := p.l.freeBatches; p.l.freeing > 0 && p.l.freeBatches == seen; {
+			// Memory in flight may serve the request: wait for some of
+			// it to arrive (see inFlightLocked).
+			for frees, settled := p.l.freeBatches, p.l.settled; p.inFlightLocked() && p.l.freeBatches == frees && p.l.settled == settled; {
 				p.freed.Wait()
 			}
 			c := p.pol.Counts()
 			changed := c.FreeBlocks > c.SplitBlocks[0]+c.SplitBlocks[1] || // a wholly free segment
 				p.l.freeBatches > lad.freesSeen || // memory went back to the device since the decision
+				p.l.settled > lad.settledSeen || // a segment came, or blocks left the quarantine
 				lad.cause == nil && p.room(nil) >= lad.try().Size // the limit has room now
 			p.mu.Unlock()
 			if !changed {
@@ -270,6 +280,14 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 // made one of them lose four rounds in a row to the other's allocations
 // in flight (TestHostileConcurrentLadderFailsWithMemoryToFree).
 const finalRounds = 16
+
+// inFlightLocked reports whether memory that may serve a refused request
+// is on its way: segments being freed or allocated, blocks leaving the
+// quarantine. Each way ends (freeSegments, commit, unreserve,
+// leaveQuarantine) with a signal of freed. p.mu must be held.
+func (p *Pool) inFlightLocked() bool {
+	return p.l.freeing > 0 || p.l.inflight > 0 || p.san != nil && p.san.leavingBlocks() > 0
+}
 
 // retried counts a retry of the ladder and returns true.
 func (p *Pool) retried() bool {
@@ -377,4 +395,5 @@ func (p *Pool) unreserve(seg *segment) {
 	p.lock()
 	p.l.unreserve(seg)
 	p.mu.Unlock()
+	p.freed.Broadcast() // see inFlightLocked
 }

@@ -18,6 +18,7 @@ type ledger struct {
 	// without it (qcache.go).
 	cacheCap    atomic.Int64
 	freeBatches int64              // calls of deviceFreed: each ends a batch of frees
+	settled     int64              // memory that arrived: segments allocated (segmentAdded), blocks back from the quarantine
 	segs        map[*segment]int64 // every segment the pool owns, with its ID (for Snapshot)
 	lastSeg     int64              // the last ID given
 	idle        []*segment         // the segments whose only blocks not free are held (splits.go)
@@ -118,6 +119,7 @@ func (l *ledger) reserved() int64 { return l.s.ReservedBytes.current() + l.infli
 // are managed now.
 func (l *ledger) segmentAdded(seg *segment) {
 	l.inflight -= seg.Size
+	l.settled++
 	l.s.ReservedBytes.add(!seg.Small, seg.Size)
 	l.cacheCap.Store(l.s.ReservedBytes.current() / cacheShare)
 	if l.segs == nil {
@@ -191,6 +193,9 @@ func (l *ledger) uncache(b *block, r *qstate) {
 func (l *ledger) quarantine(b *block, n int) {
 	l.quar.add(b, n)
 	l.moveHeld(b, int32(n))
+	if n < 0 {
+		l.settled++ // back in the policy: see inFlightLocked
+	}
 }
 
 // resetPeak sets every peak to its current value, as

@@ -115,7 +115,6 @@ func (p *Pool) leaveQuarantine(bs []*sanBlock) error {
 			sb.q.q.Unhold()
 		}
 	}
-	s.flushQueued()
 	if own != nil {
 		_ = own.Finish() // the next user, on any queue, comes after the checks
 	}
@@ -130,7 +129,21 @@ func (p *Pool) leaveQuarantine(bs []*sanBlock) error {
 	s.mu.Unlock() // nothing printed: p.mu is held
 	p.forget()
 	p.mu.Unlock()
-	return p.freeSegments(gone)
+	p.freed.Broadcast() // see Pool.inFlightLocked
+	err := p.freeSegments(gone)
+	// Last: an output that allocates would wait on the ladder's last
+	// rung for the blocks and frees of this call (inFlightLocked).
+	s.flushQueued()
+	return err
+}
+
+// leavingBlocks returns how many blocks are on their way from the
+// quarantine to the policy (marked leaving, not yet in leaveQuarantine's
+// hold of p.mu).
+func (s *sanitizer) leavingBlocks() int {
+	s.mu.Lock()
+	defer s.mu.Unlock() // nothing printed: the pool's lock may be held
+	return len(s.quar) - s.quarN
 }
 
 // done ends a Close of a tracked block: it reads the results of full
