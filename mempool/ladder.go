@@ -25,12 +25,14 @@ import (
 //  2. collect buffers dropped without Close (PyOpenCL's order) and, if
 //     any came back, retry: one of them may serve the request;
 //  3. free wholly free segments, largest first, retrying after each
-//     (queue caches drained first);
+//     (queue caches and the quarantine drained first: a pass that brings
+//     blocks back retries and frees nothing);
 //  4. try a segment of the request's own size (RMM's growth by the
 //     request) instead of the policy's;
-//  5. free every wholly free segment in the same hold of the lock as the
-//     reservation, so that no concurrent request takes the room first,
-//     and retry (at most finalRounds times);
+//  5. wait for memory on its way (awaitInFlight), then, if anything
+//     changed since the refusal, free every wholly free segment in the
+//     same hold of the lock as the reservation, so that no concurrent
+//     request takes the room first, and retry (at most finalRounds times);
 //  6. fail with an *OutOfMemoryError that says where the memory is.
 //
 // Each retry looks for a free block first, of any segment once the ladder
@@ -250,17 +252,16 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 			if lad.finals == finalRounds {
 				return false
 			}
-			p.drainFor(req)
 			p.lock()
-			// Memory in flight may serve the request: wait for some of
-			// it to arrive (see inFlightLocked).
-			for frees, settled := p.l.freeBatches, p.l.settled; p.inFlightLocked() && p.l.freeBatches == frees && p.l.settled == settled; {
-				p.freed.Wait()
-			}
+			p.awaitInFlight(lad.try().Size, lad.cause == nil)
+			p.mu.Unlock()
+			p.drainFor(req) // after the wait: blocks given back meanwhile count
+			p.lock()
 			c := p.pol.Counts()
 			changed := c.FreeBlocks > c.SplitBlocks[0]+c.SplitBlocks[1] || // a wholly free segment
 				p.l.freeBatches > lad.freesSeen || // memory went back to the device since the decision
 				p.l.settled > lad.settledSeen || // a segment came, or blocks left the quarantine
+				p.pol.Fits(req.need()) || // a block that fits went back to the policy
 				lad.cause == nil && p.room(nil) >= lad.try().Size // the limit has room now
 			p.mu.Unlock()
 			if !changed {
@@ -271,22 +272,6 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 			return p.retried()
 		}
 	}
-}
-
-// finalRounds bounds the ladder's last rung: how many times a request
-// frees every wholly free segment and tries again before it fails. Each
-// round needs a change since the last refusal; two goroutines that
-// allocate and free in turn under a budget, on a slow runtime (Oclgrind),
-// made one of them lose four rounds in a row to the other's allocations
-// in flight (TestHostileConcurrentLadderFailsWithMemoryToFree).
-const finalRounds = 16
-
-// inFlightLocked reports whether memory that may serve a refused request
-// is on its way: segments being freed or allocated, blocks leaving the
-// quarantine. Each way ends (freeSegments, commit, unreserve,
-// leaveQuarantine) with a signal of freed. p.mu must be held.
-func (p *Pool) inFlightLocked() bool {
-	return p.l.freeing > 0 || p.l.inflight > 0 || p.san != nil && p.san.leavingBlocks() > 0
 }
 
 // retried counts a retry of the ladder and returns true.

@@ -39,6 +39,7 @@ func (p *Pool) SetLimit(bytes int64) error {
 	p.limit = bytes
 	p.l.s.Limit = bytes
 	p.mu.Unlock()
+	p.freed.Broadcast() // room for a request that waits (awaitInFlight)
 	if bytes == 0 {
 		return nil
 	}

@@ -29,6 +29,8 @@ type placement interface {
 	// reports whether it would find one where GetOn found none.
 	GetAnyOn(size int64, q int32) *block
 	AnyFits(size int64) bool
+	// Fits reports whether GetAnyOn would find a block now.
+	Fits(size int64) bool
 	// NewSegment returns the segment, not yet allocated, that a miss of
 	// size makes (the pool's ladder may try a segment of BlockSize(size)
 	// bytes instead, with the same marks).

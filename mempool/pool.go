@@ -52,7 +52,7 @@ type Pool struct {
 	_ [64]byte
 
 	mu    sync.Mutex // protects the core: take it with lock
-	freed sync.Cond  // on mu: signalled when a batch of segments is given back (freeSegments) or a reservation settles (settled)
+	freed sync.Cond  // on mu: signalled when memory arrives or room is made (see inFlightLocked, awaitInFlight)
 	core             // the state that changes, and the decisions on it
 }
 

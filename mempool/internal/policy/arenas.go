@@ -278,6 +278,10 @@ func (p *Arenas[T]) AnyFits(size int64) bool {
 	return !p.Oversize(size) && p.a.largest(false) >= p.Round(size)
 }
 
+// Fits reports whether GetAnyOn would find a block for size now (a
+// wholly free oversize segment aside).
+func (p *Arenas[T]) Fits(size int64) bool { return p.AnyFits(size) }
+
 // consolidation returns the size of the segment that is to replace the
 // pool's wholly free segments, and true, if the pool is consolidating
 // (see replacement) and that segment serves a block of n bytes: at least

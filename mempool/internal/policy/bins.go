@@ -133,6 +133,12 @@ func (p *Bins[T]) GetAnyOn(size int64, q int32) *Block[T] { return p.GetOn(size,
 // AnyFits reports false: GetAnyOn finds nothing GetOn did not.
 func (p *Bins[T]) AnyFits(size int64) bool { return false }
 
+// Fits reports whether GetAnyOn would find a block for size now.
+func (p *Bins[T]) Fits(size int64) bool {
+	s := p.stacks.get(BinNumber(size, p.lb))
+	return s != nil && len(*s) > 0
+}
+
 // GetOn is Get for a request on queue q (0: none): among the few most
 // recently given back blocks of the bin, it takes the newest that only q
 // may still use, else the newest.

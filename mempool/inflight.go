@@ -1,0 +1,54 @@
+package mempool
+
+import "time"
+
+// This file is the ladder's last rung's wait (ladder.go): memory on its
+// way to the pool, which may serve a request the limit or the device
+// refused.
+
+// finalRounds bounds the ladder's last rung: how many times a request
+// frees every wholly free segment and tries again before it fails. Each
+// round needs a change since the last refusal; two goroutines that
+// allocate and free in turn under a budget, on a slow runtime (Oclgrind),
+// made one of them lose four rounds in a row to the other's allocations
+// in flight (TestHostileConcurrentLadderFailsWithMemoryToFree).
+const finalRounds = 16
+
+// inFlightWait bounds awaitInFlight: a request made by code the pool
+// calls while memory is in flight for the same goroutine (a hook, the
+// sanitizer's output, an allocator that calls the pool) would otherwise
+// wait for itself. Past it, the request fails as if nothing were in
+// flight.
+const inFlightWait = 500 * time.Millisecond
+
+// awaitInFlight waits, for the ladder's last rung, while memory that may
+// serve a refused request of need bytes is on its way (inFlightLocked)
+// and nothing has changed for it since the call: no batch of frees ended,
+// no segment or quarantined block arrived, and, if only the limit refused
+// it (limited), the limit has no room for need. It waits inFlightWait at
+// most. p.mu must be held; the wait lets go of it (p.freed).
+func (p *Pool) awaitInFlight(need int64, limited bool) {
+	if !p.inFlightLocked() {
+		return
+	}
+	expired := false
+	t := time.AfterFunc(inFlightWait, func() {
+		p.lock()
+		expired = true
+		p.mu.Unlock()
+		p.freed.Broadcast()
+	})
+	defer t.Stop()
+	for frees, settled := p.l.freeBatches, p.l.settled; p.inFlightLocked() && !expired && p.l.freeBatches == frees && p.l.settled == settled &&
+		!(limited && p.room(nil) >= need); {
+		p.freed.Wait()
+	}
+}
+
+// inFlightLocked reports whether memory that may serve a refused request
+// is on its way: segments being freed or allocated, blocks leaving the
+// quarantine. Each way ends (freeSegments, commit, unreserve,
+// leaveQuarantine) with a signal of freed. p.mu must be held.
+func (p *Pool) inFlightLocked() bool {
+	return p.l.freeing > 0 || p.l.inflight > 0 || p.san != nil && p.san.leavingBlocks() > 0
+}
