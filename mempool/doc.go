@@ -249,10 +249,10 @@
 //     takes 1,114,111 bytes);
 //  7. memory on its way (segments other requests are allocating or
 //     freeing, blocks leaving the quarantine) is waited for, half a
-//     second at most, and if anything came back or was freed since the
-//     refusal, or the limit has room, every wholly free segment is freed
-//     in the same hold of the lock as the request's new segment, and the
-//     request is tried again (at most 16 times);
+//     second at most in all; if anything came back or was freed since
+//     the refusal, or the limit has room, every wholly free segment is
+//     freed in the same hold of the lock as the request's new segment,
+//     and the request is tried again (at most 16 times);
 //  8. Allocate returns an *OutOfMemoryError that says where the memory is,
 //     wraps the allocator's error (nil for the limit's, and for a segment
 //     that would take the managed bytes past math.MaxInt64, which the

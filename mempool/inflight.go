@@ -14,25 +14,26 @@ import "time"
 // in flight (TestHostileConcurrentLadderFailsWithMemoryToFree).
 const finalRounds = 16
 
-// inFlightWait bounds awaitInFlight: a request made by code the pool
-// calls while memory is in flight for the same goroutine (a hook, the
-// sanitizer's output, an allocator that calls the pool) would otherwise
-// wait for itself. Past it, the request fails as if nothing were in
-// flight.
+// inFlightWait bounds the waits of the ladder's last rung, all its rounds
+// together: a request made by code the pool calls while memory is in
+// flight for the same goroutine (a hook, the sanitizer's output, an
+// allocator that calls the pool) would otherwise wait for itself. Past
+// it, the request goes on as if nothing were in flight.
 const inFlightWait = 500 * time.Millisecond
 
 // awaitInFlight waits, for the ladder's last rung, while memory that may
 // serve a refused request of need bytes is on its way (inFlightLocked)
 // and nothing has changed for it since the call: no batch of frees ended,
 // no segment or quarantined block arrived, and, if only the limit refused
-// it (limited), the limit has no room for need. It waits inFlightWait at
-// most. p.mu must be held; the wait lets go of it (p.freed).
-func (p *Pool) awaitInFlight(need int64, limited bool) {
-	if !p.inFlightLocked() {
+// it (limited), the limit has no room for need. It waits until until at
+// the latest. p.mu must be held; the wait lets go of it (p.freed).
+func (p *Pool) awaitInFlight(need int64, limited bool, until time.Time) {
+	d := time.Until(until)
+	if d <= 0 || !p.inFlightLocked() {
 		return
 	}
 	expired := false
-	t := time.AfterFunc(inFlightWait, func() {
+	t := time.AfterFunc(d, func() {
 		p.lock()
 		expired = true
 		p.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/clpool/clpool/mempool/internal/policy"
 )
@@ -41,17 +42,18 @@ import (
 // as many times as the pool had segments when it began, and rung 5, at
 // most finalRounds times.
 type ladder struct {
-	seg, own    *segment // the policy's segment for the request, and the smallest that serves it
-	rung        int      // the rung to take at the next refusal
-	frees       int      // rung 3's remaining frees; -1 before it begins
-	useOwn      bool     // rung 4 was taken: try own
-	final       bool     // rung 5: decide frees every wholly free segment first
-	freesSeen   int64    // the pool's batches of frees when the last decision was made
-	settledSeen int64    // and the arrivals of memory (ledger.settled)
-	finals      int      // rung 5's rounds so far
-	cause       error    // the device's last refusal; nil if only the limit refused
-	pressed     bool     // refused once: any free block that fits serves (placement.GetAnyOn)
-	pending     *segment // reserved before a drain, taken back by the next decide
+	seg, own    *segment  // the policy's segment for the request, and the smallest that serves it
+	rung        int       // the rung to take at the next refusal
+	frees       int       // rung 3's remaining frees; -1 before it begins
+	useOwn      bool      // rung 4 was taken: try own
+	final       bool      // rung 5: decide frees every wholly free segment first
+	freesSeen   int64     // the pool's batches of frees when the last decision was made
+	settledSeen int64     // and the arrivals of memory (ledger.settled)
+	finals      int       // rung 5's rounds so far
+	waitUntil   time.Time // when rung 5's waits end (inFlightWait after its first round)
+	cause       error     // the device's last refusal; nil if only the limit refused
+	pressed     bool      // refused once: any free block that fits serves (placement.GetAnyOn)
+	pending     *segment  // reserved before a drain, taken back by the next decide
 }
 
 // Rungs of the ladder.
@@ -253,7 +255,10 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 				return false
 			}
 			p.lock()
-			p.awaitInFlight(lad.try().Size, lad.cause == nil)
+			if lad.finals == 0 {
+				lad.waitUntil = time.Now().Add(inFlightWait)
+			}
+			p.awaitInFlight(lad.try().Size, lad.cause == nil, lad.waitUntil)
 			p.mu.Unlock()
 			p.drainFor(req) // after the wait: blocks given back meanwhile count
 			p.lock()
