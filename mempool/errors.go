@@ -80,6 +80,7 @@ type OutOfMemoryError struct {
 	HeldBlocks   int   // blocks held for reuse: those the ladder could not free (see LargestHeldBin)
 	HeldBytes    int64
 	ManagedBytes int64 // bytes the pool owns: active blocks' alloc sizes plus held
+	InFlight     int64 // bytes of segments other requests were allocating or freeing (still on the device): not managed, under the limit
 	Limit        int64 // the pool's limit; 0 if none
 	DeviceTotal  int64 // the device's global memory; 0 if the pool does not know its device
 
@@ -108,6 +109,9 @@ func (e *OutOfMemoryError) Error() string {
 		e.Requested, e.AllocSize, plural(e.ActiveBlocks, "block"), e.ActiveBytes, plural(e.HeldBlocks, "block"), e.HeldBytes, e.ManagedBytes)
 	if e.LargestHeldSize > 0 {
 		s += fmt.Sprintf(" (largest held: bin %d, %d bytes)", e.LargestHeldBin, e.LargestHeldSize)
+	}
+	if e.InFlight > 0 {
+		s += fmt.Sprintf(", %d bytes being allocated or freed", e.InFlight)
 	}
 	if e.Limit > 0 {
 		s += fmt.Sprintf(", limit %d", e.Limit)
@@ -188,7 +192,7 @@ func (p *Pool) outOfMemory(req *request, n int64, cause error) error {
 		Requested: req.size, AllocSize: n,
 		ActiveBlocks: s.ActiveBlocks, ActiveBytes: s.ActiveBytes,
 		HeldBlocks: s.HeldBlocks, HeldBytes: s.HeldBytes,
-		ManagedBytes: s.ManagedBytes, Limit: p.limit, Err: cause,
+		ManagedBytes: s.ManagedBytes, InFlight: p.l.inflight + p.l.freeing, Limit: p.limit, Err: cause,
 	}
 	if p.device != nil {
 		e.DeviceTotal = p.device.GlobalMemSize

@@ -73,3 +73,36 @@ func TestOutOfMemoryMatchesTheAllocatorSentinel(t *testing.T) {
 		assert.False(t, errors.Is(err, allocator.ErrOutOfMemory))
 	})
 }
+
+// An out-of-memory error names the bytes other requests were allocating
+// when it failed: under a limit of two blocks, one active and one being
+// allocated (its allocator held at a gate past the ladder's wait), a third
+// request fails with the second's segment in flight, which the managed
+// bytes do not show.
+func TestOutOfMemoryErrorNamesBytesInFlight(t *testing.T) {
+	size := int64(1 << 20)
+	block := binSize(size)
+	g := newGated()
+	f := newCappedFixture(t, "limit", 2*block, func(a allocator.Allocator) allocator.Allocator { g.Allocator = a; return g })
+	a, err := f.pool.Allocate(size)
+	require.NoError(t, err)
+	open := g.hold()
+	second := make(chan error, 1)
+	var b *mempool.PooledBuffer
+	go func() {
+		var err error
+		b, err = f.pool.Allocate(size)
+		second <- err
+	}()
+	<-g.entered // its segment reserved, being allocated
+	_, err = f.pool.Allocate(size)
+	open()
+	var oom *mempool.OutOfMemoryError
+	require.ErrorAs(t, err, &oom)
+	assert.Equal(t, block, oom.ManagedBytes, "the active block's segment")
+	assert.Equal(t, block, oom.InFlight, "the second request's segment, being allocated")
+	assert.Contains(t, err.Error(), fmt.Sprintf("%d bytes being allocated or freed", block))
+	require.NoError(t, <-second)
+	require.NoError(t, b.Close())
+	require.NoError(t, a.Close())
+}
