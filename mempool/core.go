@@ -123,7 +123,7 @@ func (c *core) decide(req *request, lad *ladder) (d decision) {
 		c.forget()
 	}
 	d.seg = c.reserve(lad.try(), lad.own.Size, d.free)
-	lad.freesSeen, lad.settledSeen = c.l.freeBatches, c.l.settled
+	lad.freesSeen, lad.settledSeen, lad.limitSeen = c.l.freeBatches, c.l.settled, c.limit
 	if d.drain {
 		lad.pending = d.seg
 	}

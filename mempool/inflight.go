@@ -24,14 +24,16 @@ const inFlightWait = 500 * time.Millisecond
 // awaitInFlight waits, for the ladder's last rung, while memory that may
 // serve a refused request of need bytes is on its way (inFlightLocked)
 // and nothing has changed for it since the call: no batch of frees ended,
-// no segment or quarantined block arrived, and, if only the limit refused
-// it (limited), the limit has no room for need. It waits until until at
-// the latest. p.mu must be held; the wait lets go of it (p.freed).
+// no segment or quarantined block arrived, the pool is open, and, if only
+// the limit refused it (limited), the limit has no room for need. It
+// waits until until at the latest. p.mu must be held; the wait lets go of
+// it (p.freed).
 func (p *Pool) awaitInFlight(need int64, limited bool, until time.Time) {
 	d := time.Until(until)
 	if d <= 0 || !p.inFlightLocked() {
 		return
 	}
+	limit := p.limit
 	expired := false
 	t := time.AfterFunc(d, func() {
 		p.lock()
@@ -41,7 +43,7 @@ func (p *Pool) awaitInFlight(need int64, limited bool, until time.Time) {
 	})
 	defer t.Stop()
 	for frees, settled := p.l.freeBatches, p.l.settled; p.inFlightLocked() && !expired && p.l.freeBatches == frees && p.l.settled == settled &&
-		!(limited && p.room(nil) >= need); {
+		p.life != lifeClosed && !(limited && p.roomFor(need, limit)); {
 		p.freed.Wait()
 	}
 }
@@ -52,4 +54,12 @@ func (p *Pool) awaitInFlight(need int64, limited bool, until time.Time) {
 // leaveQuarantine) with a signal of freed. p.mu must be held.
 func (p *Pool) inFlightLocked() bool {
 	return p.l.freeing > 0 || p.l.inflight > 0 || p.san != nil && p.san.leavingBlocks() > 0
+}
+
+// roomFor reports whether the limit has room for a segment of need bytes
+// now, or changed from seen, a limit under which one was refused (0 is
+// none: a refusal then was the managed bytes passing math.MaxInt64). p.mu
+// must be held.
+func (p *Pool) roomFor(need, seen int64) bool {
+	return p.limit != seen || p.room(nil) >= need
 }

@@ -49,6 +49,7 @@ type ladder struct {
 	final       bool      // rung 5: decide frees every wholly free segment first
 	freesSeen   int64     // the pool's batches of frees when the last decision was made
 	settledSeen int64     // and the arrivals of memory (ledger.settled)
+	limitSeen   int64     // and the limit
 	finals      int       // rung 5's rounds so far
 	waitUntil   time.Time // when rung 5's waits end (inFlightWait after its first round)
 	cause       error     // the device's last refusal; nil if only the limit refused
@@ -86,7 +87,12 @@ func (p *Pool) serve(req *request) (*block, []policy.Use, error) {
 	p.mu.Unlock()
 	d.free = append(d.free, gone...)
 	for {
-		p.freeFor(req, d.free)
+		if len(d.free) > 0 {
+			p.freeFor(req, d.free)
+			p.lock()
+			lad.freesSeen = p.l.freeBatches // the request's own frees are no change for it
+			p.mu.Unlock()
+		}
 		switch {
 		case d.err != nil:
 			return nil, nil, d.err
@@ -267,7 +273,8 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 				p.l.freeBatches > lad.freesSeen || // memory went back to the device since the decision
 				p.l.settled > lad.settledSeen || // a segment came, or blocks left the quarantine
 				p.pol.Fits(req.need()) || // a block that fits went back to the policy
-				lad.cause == nil && p.room(nil) >= lad.try().Size // the limit has room now
+				lad.cause == nil && p.roomFor(lad.try().Size, lad.limitSeen) || // the limit has room now, or changed
+				p.life == lifeClosed // the retry fails with ErrPoolClosed
 			p.mu.Unlock()
 			if !changed {
 				return false // nothing has changed since the refusal

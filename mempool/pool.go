@@ -213,6 +213,7 @@ func (p *Pool) Close() error {
 	p.life = lifeClosed              // no Allocate is served from now on
 	queues := slices.Clone(p.queues) // forgetReleased writes p.queues' entries
 	p.mu.Unlock()
+	p.freed.Broadcast() // a request waiting on the ladder's last rung fails now (awaitInFlight)
 	var errs []error
 	if p.san != nil {
 		errs = append(errs, p.san.poolClosing()) // leaks found; the quarantine checked and given back
