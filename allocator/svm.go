@@ -2,7 +2,6 @@ package allocator
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
 
 	"github.com/clpool/clpool/cl"
@@ -155,7 +154,7 @@ type SVMBudget struct {
 	inner  SVMAllocator
 	budget int64
 	live   atomic.Int64
-	allocs sync.Map // *cl.SVM → struct{}: those handed out and not freed
+	allocs books // the allocations handed out and not freed
 }
 
 // NewSVMBudget wraps a with a budget of the given bytes.
@@ -181,28 +180,30 @@ func (b *SVMBudget) Allocate(size int64) (*cl.SVM, error) {
 		repanic(pv)
 		return nil, err
 	}
-	b.allocs.Store(s, struct{}{})
+	b.allocs.add(s)
 	return s, nil
 }
 
 // Free frees s and returns its bytes to the budget. An allocation b did
 // not hand out, or has freed, is refused with an error matching ErrFreed,
-// and changes nothing; of racing Frees of one allocation, one frees it.
+// and changes nothing; Frees of one allocation take turns, each seeing the
+// outcome of the one before (of racing Frees, one frees it).
 // A wrapped Free that fails (or panics) leaves s b's for a retry, unless s
 // was freed all the same.
 func (b *SVMBudget) Free(s *cl.SVM) error {
 	if s == nil {
 		return nil
 	}
-	if _, ok := b.allocs.LoadAndDelete(s); !ok {
+	if !b.allocs.claim(s) {
 		return errNotHere("SVMBudget", s.Size())
 	}
 	err, pv := freeSVMInner(b.inner, s)
 	if (err != nil || pv != nil) && !s.Freed() {
-		b.allocs.Store(s, struct{}{}) // still b's: a retry may free it
+		b.allocs.keep(s) // still b's: a retry may free it
 		repanic(pv)
 		return err
 	}
+	b.allocs.drop(s)
 	b.live.Add(-s.Size()) // freed, or freed by a Free that failed (or panicked) on the way
 	repanic(pv)
 	return err

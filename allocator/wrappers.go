@@ -21,7 +21,7 @@ type Budget struct {
 	inner  Allocator
 	budget int64
 	live   atomic.Int64
-	bufs   sync.Map // *cl.Buffer → struct{}: those handed out and not freed
+	bufs   books // the buffers handed out and not freed
 }
 
 // NewBudget wraps a with a budget of the given bytes.
@@ -50,7 +50,7 @@ func (b *Budget) Allocate(size int64) (*cl.Buffer, error) {
 		repanic(pv)
 		return nil, err
 	}
-	b.bufs.Store(buf, struct{}{})
+	b.bufs.add(buf)
 	own(buf, b)
 	return buf, nil
 }
@@ -58,6 +58,67 @@ func (b *Budget) Allocate(size int64) (*cl.Buffer, error) {
 // errNoInner is the error of a wrapper made over a nil allocator.
 func errNoInner(wrapper string) error {
 	return fmt.Errorf("allocator: %s wraps a nil allocator: %w", wrapper, cl.ErrInvalidValue)
+}
+
+// books are a budget wrapper's objects handed out and not freed (key ->
+// whether a Free of it is under way). They serialize the Frees of one
+// object: a Free waits for one under way, then sees its outcome (freed,
+// or kept for a retry).
+type books struct {
+	m       sync.Map
+	mu      sync.Mutex // with done, for the Frees that wait
+	done    sync.Cond  // on mu: a Free ended
+	waiters atomic.Int32
+}
+
+// add enters key, handed out.
+func (k *books) add(key any) { k.m.Store(key, false) }
+
+// claim marks key as being freed, once a Free of it under way has ended;
+// false if key is not in the books (never handed out, or freed).
+// Termination: each wait ends when the Free under way ends (keep or drop).
+func (k *books) claim(key any) bool {
+	for {
+		if k.m.CompareAndSwap(key, false, true) {
+			return true
+		}
+		k.mu.Lock()
+		k.done.L = &k.mu
+		k.waiters.Add(1) // before the Load: see wake
+		v, ok := k.m.Load(key)
+		for ok && v == true {
+			k.done.Wait()
+			v, ok = k.m.Load(key)
+		}
+		k.waiters.Add(-1)
+		k.mu.Unlock()
+		if !ok {
+			return false
+		}
+	}
+}
+
+// keep ends a claim whose Free failed: key stays, for a retry.
+func (k *books) keep(key any) {
+	k.m.Store(key, false)
+	k.wake()
+}
+
+// drop ends a claim whose Free freed key.
+func (k *books) drop(key any) {
+	k.m.Delete(key)
+	k.wake()
+}
+
+// wake wakes the Frees waiting in claim, if any: a waiter counts itself
+// before it reads the books, so one that read them before the change is
+// counted here, and waiting (it holds mu until Wait lets go).
+func (k *books) wake() {
+	if k.waiters.Load() > 0 {
+		k.mu.Lock()
+		k.mu.Unlock() // empty: a waiter that counted itself is in Wait now
+		k.done.Broadcast()
+	}
 }
 
 // errNotHere is the error of a Free of a buffer the wrapper did not hand
@@ -102,24 +163,25 @@ func (r *refusal) Is(target error) bool { return target == ErrOutOfMemory }
 
 // Free frees buf and returns its bytes to the budget. A buffer b did not
 // hand out, or has freed, is refused with an error matching ErrFreed, and
-// changes nothing; of racing Frees of one buffer, one frees it. If the
-// wrapped allocator's Free fails, buf stays b's for a retry, unless it was
-// released all the same: then its bytes go back, and the error is
-// returned. A Free that panics is a failure too: b's books are set so,
-// and the panic goes on.
+// changes nothing; Frees of one buffer take turns, each seeing the outcome
+// of the one before (of racing Frees, one frees it). If the wrapped allocator's Free
+// fails, buf stays b's for a retry, unless it was released all the same:
+// then its bytes go back, and the error is returned. A Free that panics is
+// a failure too: b's books are set so, and the panic goes on.
 func (b *Budget) Free(buf *cl.Buffer) error {
 	if buf == nil {
 		return nil
 	}
-	if _, ok := b.bufs.LoadAndDelete(buf); !ok {
+	if !b.bufs.claim(buf) {
 		return errNotHere("Budget", buf.Size())
 	}
 	err, pv := freeInner(b.inner, buf)
 	if (err != nil || pv != nil) && !buf.Released() {
-		b.bufs.Store(buf, struct{}{}) // still b's: a retry may free it
+		b.bufs.keep(buf) // still b's: a retry may free it
 		repanic(pv)
 		return err
 	}
+	b.bufs.drop(buf)
 	// Freed, or released by a free that failed (or panicked) on the way
 	// (Pinned's unmap): its bytes are no one's now.
 	disown(buf)
@@ -176,8 +238,9 @@ func (b *Budget) Limit() int64 { return b.budget }
 type Counting struct {
 	inner Allocator
 
-	mu    sync.Mutex // protects the fields below
-	live  map[*cl.Buffer]struct{}
+	mu    sync.Mutex          // protects the fields below
+	live  map[*cl.Buffer]bool // handed out and not freed -> whether a Free of it is under way
+	ended sync.Cond           // on mu: a Free ended
 	stats CountingStats
 }
 
@@ -193,7 +256,7 @@ type CountingStats struct {
 
 // NewCounting wraps a.
 func NewCounting(a Allocator) *Counting {
-	return &Counting{inner: a, live: make(map[*cl.Buffer]struct{})}
+	return &Counting{inner: a, live: make(map[*cl.Buffer]bool)}
 }
 
 // Allocate allocates from the wrapped allocator and counts the buffer.
@@ -209,7 +272,7 @@ func (c *Counting) Allocate(size int64) (*cl.Buffer, error) {
 		return nil, err
 	}
 	if buf != nil {
-		c.live[buf] = struct{}{}
+		c.live[buf] = false // not being freed
 		c.stats.Allocs++
 		c.stats.Live++
 		c.stats.LiveBytes += buf.Size()
@@ -218,33 +281,42 @@ func (c *Counting) Allocate(size int64) (*cl.Buffer, error) {
 	return buf, nil
 }
 
-// Free frees buf through the wrapped allocator, once. A free the wrapped
-// allocator fails leaves buf counted live, for a retry, unless buf was
-// released all the same: then it counts as freed, or as a bad free if the
-// wrapped allocator found it released already (ErrFreed: released behind
-// c's back, so this is its second free), and the error is returned. A
-// Free that panics is a failure too: c counts it so, and the panic goes
-// on.
+// Free frees buf through the wrapped allocator, once (Frees of one buffer
+// take turns, each seeing the outcome of the one before). A free the
+// wrapped allocator fails leaves buf counted
+// live, for a retry, unless buf was released all the same: then it counts
+// as freed, or as a bad free if the wrapped allocator found it released
+// already (ErrFreed: released behind c's back, so this is its second
+// free), and the error is returned. A Free that panics is a failure too: c
+// counts it so, and the panic goes on.
 func (c *Counting) Free(buf *cl.Buffer) error {
 	if buf == nil {
 		return nil
 	}
 	c.mu.Lock()
-	if _, ok := c.live[buf]; !ok {
+	being, ok := c.live[buf]
+	for ok && being { // a Free of buf is under way: its outcome first
+		c.ended.L = &c.mu
+		c.ended.Wait()
+		being, ok = c.live[buf]
+	}
+	if !ok {
 		c.stats.BadFrees++
 		c.mu.Unlock()
 		return ErrFreed
 	}
-	delete(c.live, buf) // claimed: a racing Free of buf is a bad free
+	c.live[buf] = true // claimed: a racing Free waits for the outcome
 	c.mu.Unlock()
 	err, pv := freeInner(c.inner, buf)
 	defer repanic(pv) // after the books are right, and c.mu let go
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer c.ended.Broadcast()
 	if (err != nil || pv != nil) && !buf.Released() {
-		c.live[buf] = struct{}{}
+		c.live[buf] = false
 		return err
 	}
+	delete(c.live, buf)
 	disown(buf)
 	if errors.Is(err, ErrFreed) {
 		c.stats.BadFrees++ // released already, behind c's back: a second free

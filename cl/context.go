@@ -163,6 +163,10 @@ func NewCommandQueue(ctx *Context, dev *Device, props QueueProperties) (*Command
 	if dev == nil {
 		return nil, misuse("clCreateCommandQueue", ErrInvalidDevice, "device is nil")
 	}
+	if props&^(QueueOutOfOrder|QueueProfiling) != 0 {
+		// Oclgrind makes a queue with any bits; the specification refuses them.
+		return nil, misuse("clCreateCommandQueue", ErrInvalidValue, fmt.Sprintf("properties %#x: only QueueOutOfOrder and QueueProfiling are queue properties", uint64(props)))
+	}
 	if ctx.serial {
 		serialMu.Lock()
 		defer serialMu.Unlock()
@@ -362,8 +366,13 @@ func (q *CommandQueue) TryHold() bool {
 	return true
 }
 
-// Unhold ends a Hold (or TryHold) that returned true.
-func (q *CommandQueue) Unhold() { q.releasing.RUnlock() }
+// Unhold ends a Hold (or TryHold) that returned true; on a nil queue, which
+// no Hold holds, it does nothing.
+func (q *CommandQueue) Unhold() {
+	if q != nil {
+		q.releasing.RUnlock()
+	}
+}
 
 func (q *CommandQueue) handle(call string) (C.cl_command_queue, error) {
 	if q == nil || q.released.Load() {

@@ -6,6 +6,7 @@ package cl
 import "C"
 
 import (
+	"fmt"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -107,8 +108,8 @@ type Profile struct {
 func (p Profile) Duration() time.Duration { return time.Duration(p.End - p.Start) }
 
 // Profile returns the command's profiling times. The queue must have been
-// made with QueueProfiling (else ErrProfilingInfoNotAvailable) and the
-// command must be complete.
+// made with QueueProfiling and the command must be complete, else
+// ErrProfilingInfoNotAvailable.
 func (e *Event) Profile() (Profile, error) {
 	if e == nil || e.released.Load() {
 		return Profile{}, misuse("clGetEventProfilingInfo", ErrInvalidEvent, "event is nil or released")
@@ -116,6 +117,13 @@ func (e *Event) Profile() (Profile, error) {
 	if !e.profiling {
 		// Some runtimes (Oclgrind) answer anyway; the specification does not.
 		return Profile{}, misuse("clGetEventProfilingInfo", ErrProfilingInfoNotAvailable, "the queue was made without QueueProfiling")
+	}
+	// Not complete (or ended in an error): Oclgrind answers zeros, where
+	// the specification gives CL_PROFILING_INFO_NOT_AVAILABLE.
+	if st, err := e.Status(); err != nil {
+		return Profile{}, err
+	} else if st != Complete {
+		return Profile{}, misuse("clGetEventProfilingInfo", ErrProfilingInfoNotAvailable, fmt.Sprintf("the command is not complete (%v)", st))
 	}
 	if e.serial {
 		serialMu.Lock()

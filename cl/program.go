@@ -9,6 +9,7 @@ import "C"
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -682,6 +683,9 @@ func (q *CommandQueue) enqueueNDRange(k *Kernel, globalOffset, global, local []i
 	if err := k.argsLive(call); err != nil {
 		return nil, err
 	}
+	if err := workItems(call, global); err != nil {
+		return nil, err
+	}
 	list, n, err := waitList(call, q.ctx, wait)
 	if err != nil {
 		return nil, err
@@ -727,4 +731,23 @@ func (q *CommandQueue) enqueueNDRange(k *Kernel, globalOffset, global, local []i
 		return nil, nil
 	}
 	return q.newEvent(ev, nil), nil
+}
+
+// workItems checks that the work-items of global, each size at least 1,
+// number fewer than 2^64: their product wraps to 0 in a size_t past it,
+// and POCL aborts the process at the wait (Oclgrind runs out of memory)
+// where the specification gives CL_INVALID_GLOBAL_WORK_SIZE.
+func workItems(call string, global []int) error {
+	n := uint64(1)
+	for _, g := range global {
+		if g < 1 {
+			return nil // the loop over the sizes refuses it
+		}
+		hi, lo := bits.Mul64(n, uint64(g))
+		if hi != 0 {
+			return misuse(call, ErrInvalidGlobalWorkSize, fmt.Sprintf("global %v: 2^64 work-items or more", global))
+		}
+		n = lo
+	}
+	return nil
 }
