@@ -187,9 +187,9 @@ func (b *SVMBudget) Allocate(size int64) (*cl.SVM, error) {
 // Free frees s and returns its bytes to the budget. An allocation b did
 // not hand out, or has freed, is refused with an error matching ErrFreed,
 // and changes nothing; Frees of one allocation take turns, each seeing the
-// outcome of the one before (of racing Frees, one frees it).
-// A wrapped Free that fails (or panics) leaves s b's for a retry, unless s
-// was freed all the same.
+// outcome of the one before (of racing Frees, one frees it). A wrapped
+// Free that fails (or panics, or ends its goroutine) leaves s b's for a
+// retry, unless s was freed all the same.
 func (b *SVMBudget) Free(s *cl.SVM) error {
 	if s == nil {
 		return nil
@@ -197,16 +197,28 @@ func (b *SVMBudget) Free(s *cl.SVM) error {
 	if !b.allocs.claim(s) {
 		return errNotHere("SVMBudget", s.Size())
 	}
+	ended := false
+	defer func() {
+		if !ended { // the wrapped Free ended its goroutine (runtime.Goexit)
+			b.end(s, s.Freed())
+		}
+	}()
 	err, pv := freeSVMInner(b.inner, s)
-	if (err != nil || pv != nil) && !s.Freed() {
-		b.allocs.keep(s) // still b's: a retry may free it
-		repanic(pv)
-		return err
-	}
-	b.allocs.drop(s)
-	b.live.Add(-s.Size()) // freed, or freed by a Free that failed (or panicked) on the way
+	ended = true
+	b.end(s, (err == nil && pv == nil) || s.Freed())
 	repanic(pv)
 	return err
+}
+
+// end ends a Free's claim of s: freed (or by a Free that failed on the
+// way), or kept for a retry.
+func (b *SVMBudget) end(s *cl.SVM, freed bool) {
+	if !freed {
+		b.allocs.keep(s)
+		return
+	}
+	b.allocs.drop(s)
+	b.live.Add(-s.Size())
 }
 
 // Live returns the bytes allocated and not yet freed.

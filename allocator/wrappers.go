@@ -61,9 +61,9 @@ func errNoInner(wrapper string) error {
 }
 
 // books are a budget wrapper's objects handed out and not freed (key ->
-// whether a Free of it is under way). They serialize the Frees of one
-// object: a Free waits for one under way, then sees its outcome (freed,
-// or kept for a retry).
+// whether a Free of it is under way). They make the Frees of one object
+// take turns: a Free waits for one under way, then sees its outcome
+// (freed, or kept for a retry).
 type books struct {
 	m       sync.Map
 	mu      sync.Mutex // with done, for the Frees that wait
@@ -74,9 +74,11 @@ type books struct {
 // add enters key, handed out.
 func (k *books) add(key any) { k.m.Store(key, false) }
 
-// claim marks key as being freed, once a Free of it under way has ended;
-// false if key is not in the books (never handed out, or freed).
-// Termination: each wait ends when the Free under way ends (keep or drop).
+// claim marks key as being freed by the caller, who ends the claim with
+// keep or drop, once a Free of it under way has ended; false if key is
+// not in the books (never handed out, or freed). Termination: each wait
+// ends when the Free under way ends its claim, which the wrappers do on
+// every way out of their Free, runtime.Goexit included.
 func (k *books) claim(key any) bool {
 	for {
 		if k.m.CompareAndSwap(key, false, true) {
@@ -164,10 +166,13 @@ func (r *refusal) Is(target error) bool { return target == ErrOutOfMemory }
 // Free frees buf and returns its bytes to the budget. A buffer b did not
 // hand out, or has freed, is refused with an error matching ErrFreed, and
 // changes nothing; Frees of one buffer take turns, each seeing the outcome
-// of the one before (of racing Frees, one frees it). If the wrapped allocator's Free
-// fails, buf stays b's for a retry, unless it was released all the same:
-// then its bytes go back, and the error is returned. A Free that panics is
-// a failure too: b's books are set so, and the panic goes on.
+// of the one before (of racing Frees, one frees it). The wrapped
+// allocator's Free must not call b.Free of the same buffer, which would
+// wait for itself; Free, the package function, releases it directly there.
+// If the wrapped allocator's Free fails, buf stays b's for a retry, unless
+// it was released all the same: then its bytes go back, and the error is
+// returned. A Free that panics (or ends its goroutine) is a failure too:
+// b's books are set so, and the panic goes on.
 func (b *Budget) Free(buf *cl.Buffer) error {
 	if buf == nil {
 		return nil
@@ -175,19 +180,30 @@ func (b *Budget) Free(buf *cl.Buffer) error {
 	if !b.bufs.claim(buf) {
 		return errNotHere("Budget", buf.Size())
 	}
+	disown(buf) // the wrapped Free may free it with Free (package func): not through b again
+	ended := false
+	defer func() {
+		if !ended { // the wrapped Free ended its goroutine (runtime.Goexit)
+			b.end(buf, buf.Released())
+		}
+	}()
 	err, pv := freeInner(b.inner, buf)
-	if (err != nil || pv != nil) && !buf.Released() {
-		b.bufs.keep(buf) // still b's: a retry may free it
-		repanic(pv)
-		return err
-	}
-	b.bufs.drop(buf)
-	// Freed, or released by a free that failed (or panicked) on the way
-	// (Pinned's unmap): its bytes are no one's now.
-	disown(buf)
-	b.live.Add(-buf.Size())
+	ended = true
+	b.end(buf, (err == nil && pv == nil) || buf.Released())
 	repanic(pv)
 	return err
+}
+
+// end ends a Free's claim of buf: freed (or released by a Free that
+// failed on the way: its bytes are no one's now), or kept for a retry.
+func (b *Budget) end(buf *cl.Buffer, freed bool) {
+	if !freed {
+		b.bufs.keep(buf)
+		own(buf, b) // an outer wrapper that kept it too owns it again after
+		return
+	}
+	b.bufs.drop(buf)
+	b.live.Add(-buf.Size())
 }
 
 // allocateInner calls a.Allocate(size), a wrapped allocator's (of
@@ -282,20 +298,20 @@ func (c *Counting) Allocate(size int64) (*cl.Buffer, error) {
 }
 
 // Free frees buf through the wrapped allocator, once (Frees of one buffer
-// take turns, each seeing the outcome of the one before). A free the
-// wrapped allocator fails leaves buf counted
+// take turns, each seeing the outcome of the one before, as Budget's). A
+// free the wrapped allocator fails leaves buf counted
 // live, for a retry, unless buf was released all the same: then it counts
 // as freed, or as a bad free if the wrapped allocator found it released
 // already (ErrFreed: released behind c's back, so this is its second
-// free), and the error is returned. A Free that panics is a failure too: c
-// counts it so, and the panic goes on.
+// free), and the error is returned. A Free that panics (or ends its
+// goroutine) is a failure too: c counts it so, and the panic goes on.
 func (c *Counting) Free(buf *cl.Buffer) error {
 	if buf == nil {
 		return nil
 	}
 	c.mu.Lock()
 	being, ok := c.live[buf]
-	for ok && being { // a Free of buf is under way: its outcome first
+	for ok && being { // a Free of buf is under way: its outcome first (see end)
 		c.ended.L = &c.mu
 		c.ended.Wait()
 		being, ok = c.live[buf]
@@ -307,25 +323,41 @@ func (c *Counting) Free(buf *cl.Buffer) error {
 	}
 	c.live[buf] = true // claimed: a racing Free waits for the outcome
 	c.mu.Unlock()
+	disown(buf) // the wrapped Free may free it with Free (package func): not through c again
+	ended := false
+	defer func() {
+		if !ended { // the wrapped Free ended its goroutine (runtime.Goexit)
+			c.end(buf, buf.Released(), nil)
+		}
+	}()
 	err, pv := freeInner(c.inner, buf)
-	defer repanic(pv) // after the books are right, and c.mu let go
+	ended = true
+	c.end(buf, (err == nil && pv == nil) || buf.Released(), err)
+	repanic(pv)
+	return err
+}
+
+// end ends a Free's claim of buf, whose wrapped Free returned err: freed
+// (a bad free if the wrapped allocator found it released already,
+// ErrFreed: released behind c's back, so this is its second free), or
+// kept for a retry.
+func (c *Counting) end(buf *cl.Buffer, freed bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	defer c.ended.Broadcast()
-	if (err != nil || pv != nil) && !buf.Released() {
+	defer c.ended.Broadcast() // the Frees of buf that wait
+	if !freed {
 		c.live[buf] = false
-		return err
+		own(buf, c)
+		return
 	}
 	delete(c.live, buf)
-	disown(buf)
 	if errors.Is(err, ErrFreed) {
-		c.stats.BadFrees++ // released already, behind c's back: a second free
+		c.stats.BadFrees++
 	} else {
 		c.stats.Frees++
 	}
 	c.stats.Live--
 	c.stats.LiveBytes -= buf.Size()
-	return err
 }
 
 // Stats returns the counts now.
