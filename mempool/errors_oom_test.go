@@ -87,22 +87,16 @@ func TestOutOfMemoryErrorNamesBytesInFlight(t *testing.T) {
 	a, err := f.pool.Allocate(size)
 	require.NoError(t, err)
 	open := g.hold()
-	second := make(chan error, 1)
-	var b *mempool.PooledBuffer
-	go func() {
-		var err error
-		b, err = f.pool.Allocate(size)
-		second <- err
-	}()
-	<-g.entered // its segment reserved, being allocated
-	_, err = f.pool.Allocate(size)
+	second := heldInAllocator(t, f.pool, g, size)
+	_, err = f.pool.Allocate(size) // refused; its wait for the second's segment ends in half a second
 	open()
 	var oom *mempool.OutOfMemoryError
 	require.ErrorAs(t, err, &oom)
 	assert.Equal(t, block, oom.ManagedBytes, "the active block's segment")
 	assert.Equal(t, block, oom.InFlight, "the second request's segment, being allocated")
 	assert.Contains(t, err.Error(), fmt.Sprintf("%d bytes being allocated or freed", block))
-	require.NoError(t, <-second)
+	b, err := second.result(t, "the second request")
+	require.NoError(t, err)
 	require.NoError(t, b.Close())
 	require.NoError(t, a.Close())
 }

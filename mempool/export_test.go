@@ -3,6 +3,7 @@ package mempool
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 )
 
 // WithoutQueueCaches makes a pool whose queues cache no blocks, so that
@@ -57,3 +58,8 @@ func QueueStates(p *Pool) int {
 
 // ForgetMin is forgetMin, for the tests.
 const ForgetMin = forgetMin
+
+// SetInFlightWait sets how long p's ladder waits, in all, for memory on
+// its way (inFlightWait), so that a test of what ends the wait sees the
+// wait end by it and not by the time. Call it before p is shared.
+func SetInFlightWait(p *Pool, d time.Duration) { p.waitInFlight = d }

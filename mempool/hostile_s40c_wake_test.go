@@ -47,6 +47,7 @@ func TestS40cWaitingRequestNotWokenByRoomMadeMeanwhile(t *testing.T) {
 				}
 				g := newGated()
 				f := newCappedFixture(t, "limit", 2*block, func(a allocator.Allocator) allocator.Allocator { g.Allocator = a; return g }, opts...)
+				mempool.SetInFlightWait(f.pool, time.Minute) // only the room made ends W's wait
 				a, err := f.pool.Allocate(size)
 				require.NoError(t, err)
 				open := g.hold()
@@ -55,80 +56,36 @@ func TestS40cWaitingRequestNotWokenByRoomMadeMeanwhile(t *testing.T) {
 						open()
 					}
 				}()
-				rDone := make(chan error, 1)
-				var r *mempool.PooledBuffer
-				go func() {
-					var err error
-					r, err = f.pool.Allocate(size)
-					rDone <- err
-				}()
+				r := heldInAllocator(t, f.pool, g, size)
+				w := downToLastRung(f.pool, size)
+				if w.returned(0) {
+					t.Skipf("W returned before the room was made (%v): nothing to test", w.err)
+				}
+				if by == "close" {
+					require.NoError(t, a.Close())
+					a = nil
+				} else {
+					require.NoError(t, f.pool.SetLimit(4*block))
+				}
+				moved := false
 				select {
-				case <-g.entered: // R's segment reserved, being allocated
-				case err := <-rDone:
-					t.Fatalf("R returned before its allocation: %v", err)
+				case <-w.done:
+				case <-g.entered: // room under the limit: W allocates a segment of its own (the gate holds it)
+					moved = by == "setlimit"
 				case <-time.After(hangLimit):
-					t.Fatal("R never reached the allocator")
 				}
-				misses := f.pool.Stats().Misses
-				wDone := make(chan error, 1)
-				var w *mempool.PooledBuffer
-				go func() {
-					var err error
-					w, err = f.pool.Allocate(size)
-					wDone <- err
-				}()
-				var wErr error
-				returned, moved := false, false
-				deadline := time.Now().Add(hangLimit)
-				for f.pool.Stats().Misses == misses && time.Now().Before(deadline) {
-					select {
-					case wErr = <-wDone:
-						returned = true
-					case <-time.After(5 * time.Millisecond):
-					}
-					if returned {
-						break
-					}
-				}
-				if !returned {
-					select { // W is down the ladder: let it reach its last rung
-					case wErr = <-wDone:
-						returned = true
-					case <-time.After(300 * time.Millisecond):
-					}
-				}
-				if !returned {
-					if by == "close" {
-						require.NoError(t, a.Close())
-						a = nil
-					} else {
-						require.NoError(t, f.pool.SetLimit(4*block))
-					}
-					select {
-					case wErr = <-wDone:
-						returned = true
-					case <-g.entered: // room under the limit: W allocates a segment of its own (the gate holds it)
-						moved = by == "setlimit"
-					case <-time.After(3 * time.Second):
-					}
-				}
-				assert.True(t, returned || moved, "W still waits for R's allocation, %s made room for it 3s ago", by)
+				assert.True(t, w.returned(0) || moved, "W still waits for R's allocation, %s made room for it", by)
 				open()
 				open = nil
-				require.NoError(t, <-rDone)
-				if !returned {
-					select {
-					case wErr = <-wDone:
-					case <-time.After(hangLimit):
-						t.Fatal("W never returned")
-					}
-				}
+				rb, rErr := r.result(t, "R")
+				require.NoError(t, rErr)
+				wb, wErr := w.result(t, "W")
 				if wErr != nil {
 					assert.ErrorIs(t, wErr, mempool.ErrOutOfMemory)
 				} else {
-					require.NoError(t, w.Close())
+					require.NoError(t, wb.Close())
 				}
-				require.NoError(t, r.Close())
+				require.NoError(t, rb.Close())
 				if a != nil {
 					require.NoError(t, a.Close())
 				}

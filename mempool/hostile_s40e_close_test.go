@@ -44,6 +44,7 @@ func TestS40eCloseWhileWaitingGivesOutOfMemory(t *testing.T) {
 			}
 			g := newGated()
 			f := newCappedFixture(t, "limit", 2*block, func(a allocator.Allocator) allocator.Allocator { g.Allocator = a; return g }, opts...)
+			mempool.SetInFlightWait(f.pool, time.Minute) // only what the test does ends W's wait
 			a, err := f.pool.Allocate(size)
 			require.NoError(t, err)
 			open := g.hold()
@@ -52,52 +53,24 @@ func TestS40eCloseWhileWaitingGivesOutOfMemory(t *testing.T) {
 					open()
 				}
 			}()
-			rDone := make(chan error, 1)
-			var r *mempool.PooledBuffer
-			go func() {
-				var err error
-				r, err = f.pool.Allocate(size)
-				rDone <- err
-			}()
-			select {
-			case <-g.entered:
-			case <-time.After(hangLimit):
-				t.Fatal("R never reached the allocator")
-			}
-			misses := f.pool.Stats().Misses
-			wDone := make(chan error, 1)
-			var w *mempool.PooledBuffer
-			go func() {
-				var err error
-				w, err = f.pool.Allocate(size)
-				wDone <- err
-			}()
-			for deadline := time.Now().Add(hangLimit); f.pool.Stats().Misses == misses && time.Now().Before(deadline); {
-				time.Sleep(2 * time.Millisecond)
-			}
-			time.Sleep(50 * time.Millisecond) // down the ladder to its wait
-			select {
-			case err := <-wDone:
-				t.Skipf("W returned before Close (%v): nothing to test", err)
-			default:
+			r := heldInAllocator(t, f.pool, g, size)
+			w := downToLastRung(f.pool, size)
+			if w.returned(0) {
+				t.Skipf("W returned before Close (%v): nothing to test", w.err)
 			}
 			oomsBefore := f.pool.Stats().OOMs
 			require.NoError(t, f.pool.Close())
-			var wErr error
-			select {
-			case wErr = <-wDone:
-			case <-time.After(hangLimit):
-				t.Fatal("W never returned after Close")
-			}
+			wb, wErr := w.result(t, "W, after Close")
 			open()
 			open = nil
-			require.NoError(t, <-rDone)
+			rb, rErr := r.result(t, "R")
+			require.NoError(t, rErr)
 			if wErr == nil {
-				require.NoError(t, w.Close())
+				require.NoError(t, wb.Close())
 			}
 			assert.ErrorIs(t, wErr, mempool.ErrPoolClosed, "W, unserved when the pool closed")
 			assert.Equal(t, oomsBefore, f.pool.Stats().OOMs, "OOMs of a closed pool")
-			require.NoError(t, r.Close())
+			require.NoError(t, rb.Close())
 			require.NoError(t, a.Close())
 		})
 	}

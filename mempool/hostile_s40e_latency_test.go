@@ -157,48 +157,20 @@ func TestS40eSetLimitZeroWhileWaitingFails(t *testing.T) {
 			for range 5 { // a round whose W returned before SetLimit proves nothing: again
 				g := newGated()
 				f := newCappedFixture(t, "limit", 2*block, func(a allocator.Allocator) allocator.Allocator { g.Allocator = a; return g }, opts...)
+				mempool.SetInFlightWait(f.pool, time.Minute) // only what the test does ends W's wait
 				a, err := f.pool.Allocate(size)
 				require.NoError(t, err)
 				open := g.hold()
-				rDone := make(chan error, 1)
-				var r *mempool.PooledBuffer
-				go func() {
-					var err error
-					r, err = f.pool.Allocate(size)
-					rDone <- err
-				}()
-				select {
-				case <-g.entered:
-				case <-time.After(hangLimit):
-					open()
-					t.Fatal("R never reached the allocator")
-				}
-				misses := f.pool.Stats().Misses
-				wDone := make(chan error, 1)
-				var w *mempool.PooledBuffer
-				go func() {
-					var err error
-					w, err = f.pool.Allocate(size)
-					wDone <- err
-				}()
-				for deadline := time.Now().Add(hangLimit); f.pool.Stats().Misses == misses && time.Now().Before(deadline); {
-					time.Sleep(2 * time.Millisecond)
-				}
-				time.Sleep(50 * time.Millisecond) // down the ladder to its wait (well within its 500 ms)
-				var wErr error
-				returned, served := false, false
-				select {
-				case wErr = <-wDone:
-					returned = true
-				default:
-				}
-				if !returned {
+				r := heldInAllocator(t, f.pool, g, size)
+				w := downToLastRung(f.pool, size)
+				served := false
+				if !w.returned(0) {
 					tried++
 					require.NoError(t, f.pool.SetLimit(0))
 					select {
-					case wErr = <-wDone:
-						if wErr != nil {
-							fails = append(fails, wErr.Error())
+					case <-w.done:
+						if w.err != nil {
+							fails = append(fails, w.err.Error())
 						}
 					case <-g.entered: // W allocates its segment: served, once the gate opens
 						served = true
@@ -207,19 +179,16 @@ func TestS40eSetLimitZeroWhileWaitingFails(t *testing.T) {
 					}
 				}
 				open()
-				require.NoError(t, <-rDone)
+				rb, rErr := r.result(t, "R")
+				require.NoError(t, rErr)
+				wb, wErr := w.result(t, "W")
 				if served {
-					select {
-					case wErr = <-wDone:
-						assert.NoError(t, wErr)
-					case <-time.After(hangLimit):
-						t.Fatal("W never returned")
-					}
+					assert.NoError(t, wErr)
 				}
-				if wErr == nil && w != nil {
-					require.NoError(t, w.Close())
+				if wErr == nil {
+					require.NoError(t, wb.Close())
 				}
-				require.NoError(t, r.Close())
+				require.NoError(t, rb.Close())
 				require.NoError(t, a.Close())
 				if tried >= 2 {
 					break

@@ -6,7 +6,6 @@ package mempool_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/mempool"
@@ -53,44 +52,17 @@ func TestS40eOwnFinalFreeCountsAsChange(t *testing.T) {
 			open()
 		}
 	}()
-	rDone := make(chan error, 1)
-	var r *mempool.PooledBuffer
-	go func() {
-		var err error
-		r, err = f.pool.Allocate(2 * size) // another bin: R's segment never serves W
-		rDone <- err
-	}()
-	select {
-	case <-g.entered:
-	case <-time.After(hangLimit):
-		t.Fatal("R never reached the allocator")
-	}
-	g.refuse.Store(1 << 20) // the device is full from now on
-	misses := f.pool.Stats().Misses
-	wDone := make(chan error, 1)
-	go func() {
-		w, err := f.pool.Allocate(size / 2) // another bin again
-		if err == nil {
-			_ = w.Close()
-		}
-		wDone <- err
-	}()
-	for deadline := time.Now().Add(hangLimit); f.pool.Stats().Misses == misses && time.Now().Before(deadline); {
-		time.Sleep(2 * time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond) // W waits on its last rung (500 ms at most)
-	select {
-	case err := <-wDone:
-		t.Skipf("W returned before Y's Close (%v): nothing to test", err)
-	default:
+	r := heldInAllocator(t, f.pool, g, 2*size) // another bin: R's segment never serves W
+	g.refuse.Store(1 << 20)                    // the device is full from now on
+	w := downToLastRung(f.pool, size/2)        // another bin again
+	if w.returned(0) {
+		t.Skipf("W returned before Y's Close (%v): nothing to test", w.err)
 	}
 	retries0, calls0 := f.pool.Stats().OOMRetries, calls.n.Load()
 	require.NoError(t, y.Close()) // a wholly free segment: one change
-	var wErr error
-	select {
-	case wErr = <-wDone:
-	case <-time.After(hangLimit):
-		t.Fatal("W never returned")
+	wb, wErr := w.result(t, "W")
+	if wErr == nil {
+		require.NoError(t, wb.Close())
 	}
 	s := f.pool.Stats()
 	asked, retries := calls.n.Load()-calls0, s.OOMRetries-retries0
@@ -98,11 +70,12 @@ func TestS40eOwnFinalFreeCountsAsChange(t *testing.T) {
 	g.refuse.Store(0)
 	open()
 	open = nil
-	require.NoError(t, <-rDone)
+	rb, rErr := r.result(t, "R")
+	require.NoError(t, rErr)
 	require.ErrorIs(t, wErr, mempool.ErrOutOfMemory)
 	assert.Equal(t, int64(1), s.DeviceFrees, "Y's segment freed by W's round")
 	assert.LessOrEqual(t, asked, int64(1), "device allocations W asked for after one change (Y closed)")
 	assert.LessOrEqual(t, retries, int64(1), "OOMRetries after one change")
-	require.NoError(t, r.Close())
+	require.NoError(t, rb.Close())
 	require.NoError(t, a.Close())
 }

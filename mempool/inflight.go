@@ -21,19 +21,19 @@ const finalRounds = 16
 // it, the request goes on as if nothing were in flight.
 const inFlightWait = 500 * time.Millisecond
 
-// awaitInFlight waits, for the ladder's last rung, while memory that may
-// serve a refused request of need bytes is on its way (inFlightLocked)
-// and nothing has changed for it since the call: no batch of frees ended,
-// no segment or quarantined block arrived, the pool is open, and, if only
-// the limit refused it (limited), the limit has no room for need. It
-// waits until until at the latest. p.mu must be held; the wait lets go of
-// it (p.freed).
-func (p *Pool) awaitInFlight(need int64, limited bool, until time.Time) {
-	d := time.Until(until)
+// awaitInFlight waits, for the ladder's last rung of lad, while memory
+// that may serve its refused request is on its way (inFlightLocked) and
+// nothing has changed for it since the refusal (lad's decision): no batch
+// of frees ended, no segment, quarantined block or block given back
+// arrived (gaveBack, for requests counted in p.waiting: the caller's
+// count), the pool is open, and, if only the limit refused it, the limit
+// has no room for it. It waits until lad.waitUntil at the latest. p.mu
+// must be held; the wait lets go of it (p.freed).
+func (p *Pool) awaitInFlight(lad *ladder) {
+	d := time.Until(lad.waitUntil)
 	if d <= 0 || !p.inFlightLocked() {
 		return
 	}
-	limit := p.limit
 	expired := false
 	t := time.AfterFunc(d, func() {
 		p.lock()
@@ -42,8 +42,9 @@ func (p *Pool) awaitInFlight(need int64, limited bool, until time.Time) {
 		p.freed.Broadcast()
 	})
 	defer t.Stop()
-	for frees, settled := p.l.freeBatches, p.l.settled; p.inFlightLocked() && !expired && p.l.freeBatches == frees && p.l.settled == settled &&
-		p.life != lifeClosed && !(limited && p.roomFor(need, limit)); {
+	need, limited := lad.try().Size, lad.cause == nil
+	for p.inFlightLocked() && !expired && p.l.freeBatches == lad.freesSeen && p.l.settled == lad.settledSeen &&
+		p.life != lifeClosed && !(limited && p.roomFor(need, lad.limitSeen)) {
 		p.freed.Wait()
 	}
 }
@@ -62,4 +63,15 @@ func (p *Pool) inFlightLocked() bool {
 // must be held.
 func (p *Pool) roomFor(need, seen int64) bool {
 	return p.limit != seen || p.room(nil) >= need
+}
+
+// gaveBack tells the requests waiting on the ladder's last rung that a
+// block was given back (to a queue cache, the policy or the quarantine):
+// an arrival (ledger.settled), after which they drain and try again. The
+// caller checked p.waiting, and holds no lock.
+func (p *Pool) gaveBack() {
+	p.lock()
+	p.l.settled++
+	p.mu.Unlock()
+	p.freed.Broadcast()
 }

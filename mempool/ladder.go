@@ -260,12 +260,14 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 			if lad.finals == finalRounds {
 				return false
 			}
-			p.lock()
 			if lad.finals == 0 {
-				lad.waitUntil = time.Now().Add(inFlightWait)
+				lad.waitUntil = time.Now().Add(p.waitInFlight)
 			}
-			p.awaitInFlight(lad.try().Size, lad.cause == nil, lad.waitUntil)
+			p.waiting.Add(1) // a block given back from now on ends the wait
+			p.lock()
+			p.awaitInFlight(lad)
 			p.mu.Unlock()
+			p.waiting.Add(-1)
 			p.drainFor(req) // after the wait: blocks given back meanwhile count
 			p.lock()
 			c := p.pol.Counts()

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
@@ -22,15 +23,16 @@ import (
 // concurrent use.
 type Pool struct {
 	// Set at New, never changed.
-	src         source     // the allocator, of buffers or of SVM
-	device      *cl.Device // for hooks and errors; nil if the allocator does not say
-	sizeCap     int64      // the largest request: the device's largest buffer, or maxRequest if unknown
-	leadingBits int
-	arena       bool // WithArena
-	dropSafety  bool
-	defq        *qstate    // the allocator's queue, where pool.Allocate allocates; p.host if none
-	host        *qstate    // no queue: its cache serves requests on none
-	san         *sanitizer // WithSanitizer's (sanitize.go); nil when off
+	src          source     // the allocator, of buffers or of SVM
+	device       *cl.Device // for hooks and errors; nil if the allocator does not say
+	sizeCap      int64      // the largest request: the device's largest buffer, or maxRequest if unknown
+	leadingBits  int
+	arena        bool // WithArena
+	dropSafety   bool
+	defq         *qstate       // the allocator's queue, where pool.Allocate allocates; p.host if none
+	host         *qstate       // no queue: its cache serves requests on none
+	san          *sanitizer    // WithSanitizer's (sanitize.go); nil when off
+	waitInFlight time.Duration // the ladder's last rung's waits, in all: inFlightWait (tests set another)
 
 	hooks      atomic.Pointer[[]*hookEntry] // nil when none: the hot path checks only that
 	cacheState atomic.Int32                 // cachesOn, cachesStopping or cachesGone (qcache.go)
@@ -44,6 +46,7 @@ type Pool struct {
 	_          [64]byte
 	clock      atomic.Uint64
 	inspecting atomic.Int32 // Stats and Snapshot in progress, which hold caches' locks (qflush.go)
+	waiting    atomic.Int32 // requests waiting on the ladder's last rung (awaitInFlight): a Close wakes them
 
 	// The fields above are read on every request; mu and the core are
 	// written. The padding keeps them on different cache lines, so that
@@ -117,7 +120,7 @@ func newPool(call string, src source, opts []Option) (*Pool, error) {
 	// In a context of several devices, a block must suit each: the
 	// least of their largest buffers, the largest of their alignments.
 	ctx := allocator.ContextOf(src.outer())
-	p := &Pool{src: src, leadingBits: c.leadingBits, arena: c.arena, dropSafety: c.dropSafety}
+	p := &Pool{src: src, leadingBits: c.leadingBits, arena: c.arena, dropSafety: c.dropSafety, waitInFlight: inFlightWait}
 	if ds := ctx.Devices(); len(ds) > 0 {
 		p.device = ds[0]
 	}
