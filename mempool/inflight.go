@@ -24,10 +24,10 @@ const inFlightWait = 500 * time.Millisecond
 // awaitInFlight waits, for the ladder's last rung of lad, while memory
 // that may serve its refused request is on its way (inFlightLocked) and
 // nothing has changed for it since the refusal (lad's decision): no batch
-// of frees ended, no segment, quarantined block or block given back
-// arrived (gaveBack, for requests counted in p.waiting: the caller's
-// count), the pool is open, and, if only the limit refused it, the limit
-// has no room for it. It waits until lad.waitUntil at the latest. p.mu
+// of frees ended, no segment or quarantined block arrived, no block was
+// given back since the call (gaveBack, for requests counted in p.waiting:
+// the caller's count), the pool is open, and, if only the limit refused
+// it, the limit has no room for it. It waits until lad.waitUntil at the latest. p.mu
 // must be held; the wait lets go of it (p.freed).
 func (p *Pool) awaitInFlight(lad *ladder) {
 	d := time.Until(lad.waitUntil)
@@ -42,9 +42,9 @@ func (p *Pool) awaitInFlight(lad *ladder) {
 		p.freed.Broadcast()
 	})
 	defer t.Stop()
-	need, limited := lad.try().Size, lad.cause == nil
+	need, limited, returned := lad.try().Size, lad.cause == nil, p.l.returned
 	for p.inFlightLocked() && !expired && p.l.freeBatches == lad.freesSeen && p.l.settled == lad.settledSeen &&
-		p.life != lifeClosed && !(limited && p.roomFor(need, lad.limitSeen)) {
+		p.l.returned == returned && p.life != lifeClosed && !(limited && p.roomFor(need, lad.limitSeen)) {
 		p.freed.Wait()
 	}
 }
@@ -67,11 +67,11 @@ func (p *Pool) roomFor(need, seen int64) bool {
 
 // gaveBack tells the requests waiting on the ladder's last rung that a
 // block was given back (to a queue cache, the policy or the quarantine):
-// an arrival (ledger.settled), after which they drain and try again. The
+// their wait ends, they drain, and try again if a block fits now. The
 // caller checked p.waiting, and holds no lock.
 func (p *Pool) gaveBack() {
 	p.lock()
-	p.l.settled++
+	p.l.returned++
 	p.mu.Unlock()
 	p.freed.Broadcast()
 }

@@ -19,6 +19,7 @@ type ledger struct {
 	cacheCap    atomic.Int64
 	freeBatches int64              // calls of deviceFreed: each ends a batch of frees
 	settled     int64              // memory that arrived: segments allocated (segmentAdded), blocks back from the quarantine
+	returned    int64              // blocks given back while requests waited on the ladder (Pool.gaveBack)
 	segs        map[*segment]int64 // every segment the pool owns, with its ID (for Snapshot)
 	lastSeg     int64              // the last ID given
 	idle        []*segment         // the segments whose only blocks not free are held (splits.go)
