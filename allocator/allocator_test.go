@@ -14,6 +14,20 @@ import (
 )
 
 // both returns a Deferred and an Immediate allocator on q, by name.
+// bookkeepers returns a Deferred of q's context and the wrappers that
+// keep books of the buffers they hand out (Counting, and a Budget with
+// room for them all), by name: tests of their Free wrap an allocator of
+// their own over the Deferred.
+func bookkeepers(t *testing.T) (allocator.Allocator, map[string]func(allocator.Allocator) allocator.Allocator) {
+	q := cltest.Queue(t)
+	d, err := allocator.NewDeferred(q.Context(), cl.MemReadWrite)
+	require.NoError(t, err)
+	return d, map[string]func(allocator.Allocator) allocator.Allocator{
+		"Counting": func(a allocator.Allocator) allocator.Allocator { return allocator.NewCounting(a) },
+		"Budget":   func(a allocator.Allocator) allocator.Allocator { return allocator.NewBudget(a, 1<<30) },
+	}
+}
+
 func both(t *testing.T, q *cl.CommandQueue) map[string]allocator.Allocator {
 	d, err := allocator.NewDeferred(q.Context(), cl.MemReadWrite)
 	require.NoError(t, err)

@@ -44,13 +44,8 @@ func (a *s40fStuckFree) Free(buf *cl.Buffer) error {
 // is neither). A leak hunt then reports a double free that never happened.
 func TestS40fFreeRacingAFailingFree(t *testing.T) {
 	cltest.Watchdog(t, 30*time.Second)
-	q := cltest.Queue(t)
-	d, err := allocator.NewDeferred(q.Context(), cl.MemReadWrite)
-	require.NoError(t, err)
-	for name, wrap := range map[string]func(allocator.Allocator) allocator.Allocator{
-		"Counting": func(a allocator.Allocator) allocator.Allocator { return allocator.NewCounting(a) },
-		"Budget":   func(a allocator.Allocator) allocator.Allocator { return allocator.NewBudget(a, 1<<20) },
-	} {
+	d, wrappers := bookkeepers(t)
+	for name, wrap := range wrappers {
 		t.Run(name, func(t *testing.T) {
 			inner := &s40fStuckFree{Allocator: d}
 			w := wrap(inner)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
-	"github.com/clpool/clpool/internal/cltest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -40,19 +39,15 @@ func (a *s40gFlaky) Free(buf *cl.Buffer) error {
 // (Counting: Frees, Live, LiveBytes; Budget: Live) end at what was freed.
 // BadFrees is every Free that found the buffer freed.
 func TestS40gManyGoroutinesFreeSameAndOtherBuffers(t *testing.T) {
-	q := cltest.Queue(t)
-	d, err := allocator.NewDeferred(q.Context(), cl.MemReadWrite)
-	require.NoError(t, err)
-	for name, wrap := range map[string]func(allocator.Allocator) allocator.Allocator{
-		"Counting": func(a allocator.Allocator) allocator.Allocator { return allocator.NewCounting(a) },
-		"Budget":   func(a allocator.Allocator) allocator.Allocator { return allocator.NewBudget(a, 1<<30) },
-	} {
+	d, wrappers := bookkeepers(t)
+	for name, wrap := range wrappers {
 		t.Run(name, func(t *testing.T) {
 			inner := &s40gFlaky{Allocator: d}
 			w := wrap(inner)
 			const nbuf, ngo = 32, 8
 			bufs := make([]*cl.Buffer, nbuf)
 			for i := range bufs {
+				var err error
 				bufs[i], err = w.Allocate(64)
 				require.NoError(t, err)
 			}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
-	"github.com/clpool/clpool/internal/cltest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -42,13 +41,8 @@ func (a *s40gOwnerFree) Free(buf *cl.Buffer) error {
 // wrapper disowns the buffer while its wrapped Free runs, so that Free,
 // the package function, releases it there (once).
 func TestS40gReentrantFreeWaitsForItself(t *testing.T) {
-	q := cltest.Queue(t)
-	d, err := allocator.NewDeferred(q.Context(), cl.MemReadWrite)
-	require.NoError(t, err)
-	for name, wrap := range map[string]func(allocator.Allocator) allocator.Allocator{
-		"Counting": func(a allocator.Allocator) allocator.Allocator { return allocator.NewCounting(a) },
-		"Budget":   func(a allocator.Allocator) allocator.Allocator { return allocator.NewBudget(a, 1<<20) },
-	} {
+	d, wrappers := bookkeepers(t)
+	for name, wrap := range wrappers {
 		t.Run(name, func(t *testing.T) {
 			inner := &s40gOwnerFree{Allocator: d}
 			w := wrap(inner)
@@ -93,13 +87,8 @@ func (a *s40gExitFree) Free(buf *cl.Buffer) error {
 // is a failure too: b's books are set so"); an unwinding that is not a
 // panic leaves the books claimed and the next Free hangs.
 func TestS40gFreeThatNeverReturnsClaimsForever(t *testing.T) {
-	q := cltest.Queue(t)
-	d, err := allocator.NewDeferred(q.Context(), cl.MemReadWrite)
-	require.NoError(t, err)
-	for name, wrap := range map[string]func(allocator.Allocator) allocator.Allocator{
-		"Counting": func(a allocator.Allocator) allocator.Allocator { return allocator.NewCounting(a) },
-		"Budget":   func(a allocator.Allocator) allocator.Allocator { return allocator.NewBudget(a, 1<<20) },
-	} {
+	d, wrappers := bookkeepers(t)
+	for name, wrap := range wrappers {
 		t.Run(name, func(t *testing.T) {
 			inner := &s40gExitFree{Allocator: d}
 			w := wrap(inner)
