@@ -20,6 +20,13 @@ type Allocator interface {
 // ErrFreed is returned by Free for a buffer that was already freed.
 var ErrFreed = errors.New("allocator: buffer already freed")
 
+// ErrBeingFreed is the error of a Free by Budget, SVMBudget or Counting of
+// a buffer while another Free of it is under way (on another goroutine, or
+// the wrapped allocator's Free calling Free of it again): that one may yet
+// fail and leave the buffer the wrapper's, for a retry, so this one is not
+// ErrFreed. Counting counts it a bad free once the other frees the buffer.
+var ErrBeingFreed = errors.New("allocator: buffer being freed by another call")
+
 // ErrOutOfMemory matches every out-of-memory refusal of clpool, whichever
 // package refused: match it with errors.Is. Those are
 //

@@ -30,7 +30,10 @@ func disown(buf *cl.Buffer) { owners.Delete(buf) }
 // cl.Context.CreateBuffer) is released as Deferred.Free releases it.
 // Releasing such a buffer directly would leave a Budget short of those
 // bytes for good and a Counting reporting a leak. Free(nil) does nothing;
-// a buffer already freed returns ErrFreed.
+// a buffer already freed returns ErrFreed, one whose Free is under way
+// ErrBeingFreed. An allocator wrapped by a Budget or a Counting frees
+// through the allocator it wraps, not through Free: the buffer's owner is
+// the outermost wrapper, whose Free of it is the one under way.
 func Free(buf *cl.Buffer) error {
 	if buf == nil {
 		return nil

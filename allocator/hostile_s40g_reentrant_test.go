@@ -37,9 +37,8 @@ func (a *s40gOwnerFree) Free(buf *cl.Buffer) error {
 // waits for the outer one, which waits for the inner one: the goroutine
 // hangs for good, holding the buffer and its budget. The docs ("Frees of
 // one buffer take turns, each seeing the outcome of the one before") say
-// nothing of a wait that can never end; a hang is no outcome. Fixed: the
-// wrapper disowns the buffer while its wrapped Free runs, so that Free,
-// the package function, releases it there (once).
+// nothing of a wait that can never end; a hang is no outcome. Now the
+// inner Free is refused with ErrBeingFreed, at once.
 func TestS40gReentrantFreeWaitsForItself(t *testing.T) {
 	d, wrappers := bookkeepers(t)
 	for name, wrap := range wrappers {
@@ -52,11 +51,19 @@ func TestS40gReentrantFreeWaitsForItself(t *testing.T) {
 			go func() { done <- w.Free(buf) }()
 			select {
 			case err := <-done:
-				t.Logf("Free returned %v", err)
+				// The inner Free of it, while the outer is under way, is
+				// refused; the outer fails with it, and buf stays w's.
+				assert.ErrorIs(t, err, allocator.ErrBeingFreed)
 			case <-time.After(5 * time.Second):
 				t.Fatalf("%s.Free whose wrapped Free frees the buffer through allocator.Free (its owner, the %s) never returned: it waits for itself", name, name)
 			}
+			require.False(t, buf.Released())
+			require.NoError(t, w.Free(buf), "the retry (the wrapped Free frees it directly this time)")
 			assert.True(t, buf.Released())
+			if c, ok := w.(*allocator.Counting); ok {
+				assert.Zero(t, c.Stats().BadFrees, "%+v", c.Stats())
+				assert.Zero(t, c.Stats().Live)
+			}
 		})
 	}
 }

@@ -186,16 +186,16 @@ func (b *SVMBudget) Allocate(size int64) (*cl.SVM, error) {
 
 // Free frees s and returns its bytes to the budget. An allocation b did
 // not hand out, or has freed, is refused with an error matching ErrFreed,
-// and changes nothing; Frees of one allocation take turns, each seeing the
-// outcome of the one before (of racing Frees, one frees it). A wrapped
+// and changes nothing; of racing Frees of one allocation, one frees it,
+// and one made while another is under way is refused with ErrBeingFreed. A wrapped
 // Free that fails (or panics, or ends its goroutine) leaves s b's for a
 // retry, unless s was freed all the same.
 func (b *SVMBudget) Free(s *cl.SVM) error {
 	if s == nil {
 		return nil
 	}
-	if !b.allocs.claim(s) {
-		return errNotHere("SVMBudget", s.Size())
+	if err := b.allocs.claim(s, "SVMBudget", s.Size()); err != nil {
+		return err
 	}
 	ended := false
 	defer func() {

@@ -61,66 +61,35 @@ func errNoInner(wrapper string) error {
 }
 
 // books are a budget wrapper's objects handed out and not freed (key ->
-// whether a Free of it is under way). They make the Frees of one object
-// take turns: a Free waits for one under way, then sees its outcome
-// (freed, or kept for a retry).
-type books struct {
-	m       sync.Map
-	mu      sync.Mutex // with done, for the Frees that wait
-	done    sync.Cond  // on mu: a Free ended
-	waiters atomic.Int32
-}
+// whether a Free of it is under way).
+type books struct{ m sync.Map }
 
 // add enters key, handed out.
 func (k *books) add(key any) { k.m.Store(key, false) }
 
-// claim marks key as being freed by the caller, who ends the claim with
-// keep or drop, once a Free of it under way has ended; false if key is
-// not in the books (never handed out, or freed). Termination: each wait
-// ends when the Free under way ends its claim, which the wrappers do on
-// every way out of their Free, runtime.Goexit included.
-func (k *books) claim(key any) bool {
-	for {
-		if k.m.CompareAndSwap(key, false, true) {
-			return true
-		}
-		k.mu.Lock()
-		k.done.L = &k.mu
-		k.waiters.Add(1) // before the Load: see wake
-		v, ok := k.m.Load(key)
-		for ok && v == true {
-			k.done.Wait()
-			v, ok = k.m.Load(key)
-		}
-		k.waiters.Add(-1)
-		k.mu.Unlock()
-		if !ok {
-			return false
-		}
+// claim marks key, of size bytes, as being freed by the caller, who ends
+// the claim with keep or drop; if it cannot, it returns the error of the
+// wrapper's Free: ErrBeingFreed, or ErrFreed if key is not in the books.
+func (k *books) claim(key any, wrapper string, size int64) error {
+	if k.m.CompareAndSwap(key, false, true) {
+		return nil
 	}
+	if being, ok := k.m.Load(key); ok && being == true {
+		return errBeingFreed(wrapper, size)
+	}
+	return errNotHere(wrapper, size)
 }
 
 // keep ends a claim whose Free failed: key stays, for a retry.
-func (k *books) keep(key any) {
-	k.m.Store(key, false)
-	k.wake()
-}
+func (k *books) keep(key any) { k.m.Store(key, false) }
 
 // drop ends a claim whose Free freed key.
-func (k *books) drop(key any) {
-	k.m.Delete(key)
-	k.wake()
-}
+func (k *books) drop(key any) { k.m.Delete(key) }
 
-// wake wakes the Frees waiting in claim, if any: a waiter counts itself
-// before it reads the books, so one that read them before the change is
-// counted here, and waiting (it holds mu until Wait lets go).
-func (k *books) wake() {
-	if k.waiters.Load() > 0 {
-		k.mu.Lock()
-		k.mu.Unlock() // empty: a waiter that counted itself is in Wait now
-		k.done.Broadcast()
-	}
+// errBeingFreed is the error of a wrapper's Free of a buffer while
+// another Free of it is under way.
+func errBeingFreed(wrapper string, size int64) error {
+	return fmt.Errorf("allocator: %s.Free of a %d-byte buffer: %w", wrapper, size, ErrBeingFreed)
 }
 
 // errNotHere is the error of a Free of a buffer the wrapper did not hand
@@ -165,11 +134,9 @@ func (r *refusal) Is(target error) bool { return target == ErrOutOfMemory }
 
 // Free frees buf and returns its bytes to the budget. A buffer b did not
 // hand out, or has freed, is refused with an error matching ErrFreed, and
-// changes nothing; Frees of one buffer take turns, each seeing the outcome
-// of the one before (of racing Frees, one frees it). The wrapped
-// allocator's Free must not call b.Free of the same buffer, which would
-// wait for itself; Free, the package function, releases it directly there.
-// If the wrapped allocator's Free fails, buf stays b's for a retry, unless
+// changes nothing; of racing Frees of one buffer, one frees it, and one
+// made while another is under way is refused with ErrBeingFreed. If the
+// wrapped allocator's Free fails, buf stays b's for a retry, unless
 // it was released all the same: then its bytes go back, and the error is
 // returned. A Free that panics (or ends its goroutine) is a failure too:
 // b's books are set so, and the panic goes on.
@@ -177,10 +144,9 @@ func (b *Budget) Free(buf *cl.Buffer) error {
 	if buf == nil {
 		return nil
 	}
-	if !b.bufs.claim(buf) {
-		return errNotHere("Budget", buf.Size())
+	if err := b.bufs.claim(buf, "Budget", buf.Size()); err != nil {
+		return err
 	}
-	disown(buf) // the wrapped Free may free it with Free (package func): not through b again
 	ended := false
 	defer func() {
 		if !ended { // the wrapped Free ended its goroutine (runtime.Goexit)
@@ -199,10 +165,10 @@ func (b *Budget) Free(buf *cl.Buffer) error {
 func (b *Budget) end(buf *cl.Buffer, freed bool) {
 	if !freed {
 		b.bufs.keep(buf)
-		own(buf, b) // an outer wrapper that kept it too owns it again after
 		return
 	}
 	b.bufs.drop(buf)
+	disown(buf)
 	b.live.Add(-buf.Size())
 }
 
@@ -254,9 +220,8 @@ func (b *Budget) Limit() int64 { return b.budget }
 type Counting struct {
 	inner Allocator
 
-	mu    sync.Mutex          // protects the fields below
-	live  map[*cl.Buffer]bool // handed out and not freed -> whether a Free of it is under way
-	ended sync.Cond           // on mu: a Free ended
+	mu    sync.Mutex         // protects the fields below
+	live  map[*cl.Buffer]int // handed out and not freed -> -1 while a Free of it is under way, plus the Frees refused meanwhile
 	stats CountingStats
 }
 
@@ -272,7 +237,7 @@ type CountingStats struct {
 
 // NewCounting wraps a.
 func NewCounting(a Allocator) *Counting {
-	return &Counting{inner: a, live: make(map[*cl.Buffer]bool)}
+	return &Counting{inner: a, live: make(map[*cl.Buffer]int)}
 }
 
 // Allocate allocates from the wrapped allocator and counts the buffer.
@@ -288,7 +253,7 @@ func (c *Counting) Allocate(size int64) (*cl.Buffer, error) {
 		return nil, err
 	}
 	if buf != nil {
-		c.live[buf] = false // not being freed
+		c.live[buf] = 0 // no Free under way
 		c.stats.Allocs++
 		c.stats.Live++
 		c.stats.LiveBytes += buf.Size()
@@ -297,9 +262,9 @@ func (c *Counting) Allocate(size int64) (*cl.Buffer, error) {
 	return buf, nil
 }
 
-// Free frees buf through the wrapped allocator, once (Frees of one buffer
-// take turns, each seeing the outcome of the one before, as Budget's). A
-// free the wrapped allocator fails leaves buf counted
+// Free frees buf through the wrapped allocator, once (a Free made while
+// another is under way is refused with ErrBeingFreed, and counted a bad
+// free if the other frees buf). A free the wrapped allocator fails leaves buf counted
 // live, for a retry, unless buf was released all the same: then it counts
 // as freed, or as a bad free if the wrapped allocator found it released
 // already (ErrFreed: released behind c's back, so this is its second
@@ -310,20 +275,19 @@ func (c *Counting) Free(buf *cl.Buffer) error {
 		return nil
 	}
 	c.mu.Lock()
-	being, ok := c.live[buf]
-	for ok && being { // a Free of buf is under way: its outcome first (see end)
-		c.ended.L = &c.mu
-		c.ended.Wait()
-		being, ok = c.live[buf]
-	}
-	if !ok {
+	n, ok := c.live[buf]
+	switch {
+	case !ok:
 		c.stats.BadFrees++
 		c.mu.Unlock()
 		return ErrFreed
+	case n < 0: // a Free of buf under way: a bad free if that one frees it (see end)
+		c.live[buf] = n - 1
+		c.mu.Unlock()
+		return errBeingFreed("Counting", buf.Size())
 	}
-	c.live[buf] = true // claimed: a racing Free waits for the outcome
+	c.live[buf] = -1 // claimed
 	c.mu.Unlock()
-	disown(buf) // the wrapped Free may free it with Free (package func): not through c again
 	ended := false
 	defer func() {
 		if !ended { // the wrapped Free ended its goroutine (runtime.Goexit)
@@ -344,13 +308,14 @@ func (c *Counting) Free(buf *cl.Buffer) error {
 func (c *Counting) end(buf *cl.Buffer, freed bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	defer c.ended.Broadcast() // the Frees of buf that wait
+	refused := int64(-1 - c.live[buf]) // the Frees refused while this one was under way
 	if !freed {
-		c.live[buf] = false
-		own(buf, c)
+		c.live[buf] = 0 // they were no double frees: the buffer is still c's
 		return
 	}
 	delete(c.live, buf)
+	disown(buf)
+	c.stats.BadFrees += refused // each raced a Free that freed buf: a second free
 	if errors.Is(err, ErrFreed) {
 		c.stats.BadFrees++
 	} else {
