@@ -80,23 +80,12 @@ func TestOutOfMemoryMatchesTheAllocatorSentinel(t *testing.T) {
 // request fails with the second's segment in flight, which the managed
 // bytes do not show.
 func TestOutOfMemoryErrorNamesBytesInFlight(t *testing.T) {
-	size := int64(1 << 20)
-	block := binSize(size)
-	g := newGated()
-	f := newCappedFixture(t, "limit", 2*block, func(a allocator.Allocator) allocator.Allocator { g.Allocator = a; return g })
-	a, err := f.pool.Allocate(size)
-	require.NoError(t, err)
-	open := g.hold()
-	second := heldInAllocator(t, f.pool, g, size)
-	_, err = f.pool.Allocate(size) // refused; its wait for the second's segment ends in half a second
-	open()
+	s := newInFlight(t, false, 0)
+	_, err := s.f.pool.Allocate(s.size) // refused; its wait for R's segment ends in half a second
 	var oom *mempool.OutOfMemoryError
 	require.ErrorAs(t, err, &oom)
-	assert.Equal(t, block, oom.ManagedBytes, "the active block's segment")
-	assert.Equal(t, block, oom.InFlight, "the second request's segment, being allocated")
-	assert.Contains(t, err.Error(), fmt.Sprintf("%d bytes being allocated or freed", block))
-	b, err := second.result(t, "the second request")
-	require.NoError(t, err)
-	require.NoError(t, b.Close())
-	require.NoError(t, a.Close())
+	assert.Equal(t, s.block, oom.ManagedBytes, "A's segment")
+	assert.Equal(t, s.block, oom.InFlight, "R's segment, being allocated")
+	assert.Contains(t, err.Error(), fmt.Sprintf("%d bytes being allocated or freed", s.block))
+	s.finish(t, nil)
 }

@@ -1,10 +1,13 @@
 package mempool_test
 
 import (
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/mempool"
+	"github.com/stretchr/testify/require"
 )
 
 // Helpers for tests of the out-of-memory ladder's last rung, which waits
@@ -81,4 +84,62 @@ func downToLastRung(pool *mempool.Pool, size int64) *aside {
 	}
 	time.Sleep(50 * time.Millisecond)
 	return p
+}
+
+// inFlight is a pool capped (WithLimit) at two blocks of size (exact
+// bins, or an arena) over a gated allocator, with A, one block, active,
+// and R, a second request, held in the allocator (its segment reserved,
+// in flight): the limit is full, and a third request of size waits on its
+// ladder's last rung for R's segment.
+type inFlight struct {
+	f           *fixture
+	g           *gated
+	a           *mempool.PooledBuffer // A; nil once the test closed it
+	r           *aside                // R
+	size, block int64
+	open        func() // opens the gate, once: R's allocation goes on
+}
+
+// newInFlight makes an inFlight of 1 MiB blocks whose ladder waits wait
+// at most (0: the pool's own bound). The gate opens at the test's end
+// if the test has not opened it.
+func newInFlight(t *testing.T, arena bool, wait time.Duration) *inFlight {
+	t.Helper()
+	s := &inFlight{g: newGated(), size: 1 << 20, block: binSize(1 << 20)}
+	var opts []mempool.Option
+	if arena {
+		s.block = s.size // a segment of the request's own size, under the limit
+		opts = append(opts, mempool.WithArena())
+	}
+	s.f = newCappedFixture(t, "limit", 2*s.block, func(a allocator.Allocator) allocator.Allocator { s.g.Allocator = a; return s.g }, opts...)
+	if wait > 0 {
+		mempool.SetInFlightWait(s.f.pool, wait)
+	}
+	var err error
+	s.a, err = s.f.pool.Allocate(s.size)
+	require.NoError(t, err)
+	var once sync.Once
+	open := s.g.hold()
+	s.open = func() { once.Do(open) }
+	t.Cleanup(s.open) // before the fixture's checks, which run later
+	s.r = heldInAllocator(t, s.f.pool, s.g, s.size)
+	return s
+}
+
+// finish opens the gate and closes R's block, A's if open, and w's (if
+// any) if it was served.
+func (s *inFlight) finish(t *testing.T, w *aside) {
+	t.Helper()
+	s.open()
+	rb, err := s.r.result(t, "R")
+	require.NoError(t, err)
+	require.NoError(t, rb.Close())
+	if w != nil {
+		if wb, err := w.result(t, "W"); err == nil {
+			require.NoError(t, wb.Close())
+		}
+	}
+	if s.a != nil {
+		require.NoError(t, s.a.Close())
+	}
 }

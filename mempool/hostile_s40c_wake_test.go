@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/mempool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -38,56 +37,28 @@ func TestS40cWaitingRequestNotWokenByRoomMadeMeanwhile(t *testing.T) {
 	for _, arena := range []bool{false, true} {
 		for _, by := range []string{"close", "setlimit"} {
 			t.Run(fmt.Sprintf("arena=%v/%s", arena, by), func(t *testing.T) {
-				size := int64(1 << 20) // the arena's segment for it: its own (no kernel runs on it: Oclgrind too)
-				block := binSize(size)
-				var opts []mempool.Option
-				if arena {
-					block = size // a segment of the request's size, under the limit
-					opts = append(opts, mempool.WithArena())
-				}
-				g := newGated()
-				f := newCappedFixture(t, "limit", 2*block, func(a allocator.Allocator) allocator.Allocator { g.Allocator = a; return g }, opts...)
-				mempool.SetInFlightWait(f.pool, time.Minute) // only the room made ends W's wait
-				a, err := f.pool.Allocate(size)
-				require.NoError(t, err)
-				open := g.hold()
-				defer func() {
-					if open != nil {
-						open()
-					}
-				}()
-				r := heldInAllocator(t, f.pool, g, size)
-				w := downToLastRung(f.pool, size)
+				s := newInFlight(t, arena, time.Minute) // only the room made ends W's wait
+				w := downToLastRung(s.f.pool, s.size)
 				if w.returned(0) {
 					t.Skipf("W returned before the room was made (%v): nothing to test", w.err)
 				}
 				if by == "close" {
-					require.NoError(t, a.Close())
-					a = nil
+					require.NoError(t, s.a.Close())
+					s.a = nil
 				} else {
-					require.NoError(t, f.pool.SetLimit(4*block))
+					require.NoError(t, s.f.pool.SetLimit(4*s.block))
 				}
 				moved := false
 				select {
 				case <-w.done:
-				case <-g.entered: // room under the limit: W allocates a segment of its own (the gate holds it)
+				case <-s.g.entered: // room under the limit: W allocates a segment of its own (the gate holds it)
 					moved = by == "setlimit"
 				case <-time.After(hangLimit):
 				}
 				assert.True(t, w.returned(0) || moved, "W still waits for R's allocation, %s made room for it", by)
-				open()
-				open = nil
-				rb, rErr := r.result(t, "R")
-				require.NoError(t, rErr)
-				wb, wErr := w.result(t, "W")
-				if wErr != nil {
-					assert.ErrorIs(t, wErr, mempool.ErrOutOfMemory)
-				} else {
-					require.NoError(t, wb.Close())
-				}
-				require.NoError(t, rb.Close())
-				if a != nil {
-					require.NoError(t, a.Close())
+				s.finish(t, w)
+				if w.err != nil {
+					assert.ErrorIs(t, w.err, mempool.ErrOutOfMemory)
 				}
 			})
 		}

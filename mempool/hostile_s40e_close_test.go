@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/mempool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -35,43 +34,17 @@ import (
 func TestS40eCloseWhileWaitingGivesOutOfMemory(t *testing.T) {
 	for _, arena := range []bool{false, true} {
 		t.Run(fmt.Sprintf("arena=%v", arena), func(t *testing.T) {
-			size := int64(1 << 20)
-			block := binSize(size)
-			var opts []mempool.Option
-			if arena {
-				block = size
-				opts = append(opts, mempool.WithArena())
-			}
-			g := newGated()
-			f := newCappedFixture(t, "limit", 2*block, func(a allocator.Allocator) allocator.Allocator { g.Allocator = a; return g }, opts...)
-			mempool.SetInFlightWait(f.pool, time.Minute) // only what the test does ends W's wait
-			a, err := f.pool.Allocate(size)
-			require.NoError(t, err)
-			open := g.hold()
-			defer func() {
-				if open != nil {
-					open()
-				}
-			}()
-			r := heldInAllocator(t, f.pool, g, size)
-			w := downToLastRung(f.pool, size)
+			s := newInFlight(t, arena, time.Minute) // only the Close ends W's wait
+			w := downToLastRung(s.f.pool, s.size)
 			if w.returned(0) {
 				t.Skipf("W returned before Close (%v): nothing to test", w.err)
 			}
-			oomsBefore := f.pool.Stats().OOMs
-			require.NoError(t, f.pool.Close())
-			wb, wErr := w.result(t, "W, after Close")
-			open()
-			open = nil
-			rb, rErr := r.result(t, "R")
-			require.NoError(t, rErr)
-			if wErr == nil {
-				require.NoError(t, wb.Close())
-			}
+			oomsBefore := s.f.pool.Stats().OOMs
+			require.NoError(t, s.f.pool.Close())
+			_, wErr := w.result(t, "W, after Close")
 			assert.ErrorIs(t, wErr, mempool.ErrPoolClosed, "W, unserved when the pool closed")
-			assert.Equal(t, oomsBefore, f.pool.Stats().OOMs, "OOMs of a closed pool")
-			require.NoError(t, rb.Close())
-			require.NoError(t, a.Close())
+			assert.Equal(t, oomsBefore, s.f.pool.Stats().OOMs, "OOMs of a closed pool")
+			s.finish(t, w)
 		})
 	}
 }

@@ -145,51 +145,30 @@ func TestS40eBusyPoolRefusalTakesSecondsToFail(t *testing.T) {
 func TestS40eSetLimitZeroWhileWaitingFails(t *testing.T) {
 	for _, arena := range []bool{false, true} {
 		t.Run(fmt.Sprintf("arena=%v", arena), func(t *testing.T) {
-			size := int64(1 << 20)
-			block := binSize(size)
-			var opts []mempool.Option
-			if arena {
-				block = size
-				opts = append(opts, mempool.WithArena())
-			}
 			var fails []string
 			tried := 0
 			for range 5 { // a round whose W returned before SetLimit proves nothing: again
-				g := newGated()
-				f := newCappedFixture(t, "limit", 2*block, func(a allocator.Allocator) allocator.Allocator { g.Allocator = a; return g }, opts...)
-				mempool.SetInFlightWait(f.pool, time.Minute) // only what the test does ends W's wait
-				a, err := f.pool.Allocate(size)
-				require.NoError(t, err)
-				open := g.hold()
-				r := heldInAllocator(t, f.pool, g, size)
-				w := downToLastRung(f.pool, size)
+				s := newInFlight(t, arena, time.Minute) // only SetLimit ends W's wait
+				w := downToLastRung(s.f.pool, s.size)
 				served := false
 				if !w.returned(0) {
 					tried++
-					require.NoError(t, f.pool.SetLimit(0))
+					require.NoError(t, s.f.pool.SetLimit(0))
 					select {
 					case <-w.done:
 						if w.err != nil {
 							fails = append(fails, w.err.Error())
 						}
-					case <-g.entered: // W allocates its segment: served, once the gate opens
+					case <-s.g.entered: // W allocates its segment: served, once the gate opens
 						served = true
 					case <-time.After(hangLimit):
 						fails = append(fails, "W neither returned nor allocated")
 					}
 				}
-				open()
-				rb, rErr := r.result(t, "R")
-				require.NoError(t, rErr)
-				wb, wErr := w.result(t, "W")
+				s.finish(t, w)
 				if served {
-					assert.NoError(t, wErr)
+					assert.NoError(t, w.err)
 				}
-				if wErr == nil {
-					require.NoError(t, wb.Close())
-				}
-				require.NoError(t, rb.Close())
-				require.NoError(t, a.Close())
 				if tried >= 2 {
 					break
 				}

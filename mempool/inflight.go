@@ -25,11 +25,12 @@ const inFlightWait = 500 * time.Millisecond
 // that may serve its refused request is on its way (inFlightLocked) and
 // nothing has changed for it since the refusal (lad's decision): no batch
 // of frees ended, no segment or quarantined block arrived, no block was
-// given back since the call (gaveBack, for requests counted in p.waiting:
-// the caller's count), the pool is open, and, if only the limit refused
-// it, the limit has no room for it. It waits until lad.waitUntil at the latest. p.mu
+// given back since the ledger's count was returned (gaveBack, for
+// requests counted in p.waiting: the caller's count, taken before it read
+// returned and drained), no free block fits, the pool is open, and, if
+// only the limit refused it, the limit has no room for it. It waits until lad.waitUntil at the latest. p.mu
 // must be held; the wait lets go of it (p.freed).
-func (p *Pool) awaitInFlight(lad *ladder) {
+func (p *Pool) awaitInFlight(lad *ladder, returned int64) {
 	d := time.Until(lad.waitUntil)
 	if d <= 0 || !p.inFlightLocked() {
 		return
@@ -42,9 +43,9 @@ func (p *Pool) awaitInFlight(lad *ladder) {
 		p.freed.Broadcast()
 	})
 	defer t.Stop()
-	need, limited, returned := lad.try().Size, lad.cause == nil, p.l.returned
+	need, limited := lad.try().Size, lad.cause == nil
 	for p.inFlightLocked() && !expired && p.l.freeBatches == lad.freesSeen && p.l.settled == lad.settledSeen &&
-		p.l.returned == returned && p.life != lifeClosed && !(limited && p.roomFor(need, lad.limitSeen)) {
+		p.l.returned == returned && !p.pol.Fits(need) && p.life != lifeClosed && !(limited && p.roomFor(need, lad.limitSeen)) {
 		p.freed.Wait()
 	}
 }

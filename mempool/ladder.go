@@ -265,7 +265,11 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 			}
 			p.waiting.Add(1) // a block given back from now on ends the wait
 			p.lock()
-			p.awaitInFlight(lad)
+			returned := p.l.returned
+			p.mu.Unlock()
+			p.drainFor(req) // blocks given back before: into the policy, where Fits sees them
+			p.lock()
+			p.awaitInFlight(lad, returned)
 			p.mu.Unlock()
 			p.waiting.Add(-1)
 			p.drainFor(req) // after the wait: blocks given back meanwhile count
