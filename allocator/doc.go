@@ -35,7 +35,11 @@
 // Free gives its bytes back to the budget, a Counting's counts the free.
 // Code that holds a buffer but not its allocator (an array's Close) calls
 // the package function Free, which finds that allocator; releasing the
-// buffer directly would leave a Budget short of its bytes for good.
+// buffer directly would leave a Budget short of its bytes for good. Of two
+// Frees of one buffer, the second gets ErrFreed, or ErrBeingFreed while
+// the first is under way (the first may yet fail and leave the buffer
+// allocated, for a retry); Counting counts it a bad free once the first
+// frees the buffer.
 //
 // # Shared virtual memory
 //
