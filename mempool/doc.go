@@ -238,21 +238,19 @@
 //  4. with drop safety, the garbage collector runs, so that dropped
 //     buffers come back (PyOpenCL's order), and, if any did, the request
 //     is tried again;
-//  5. the blocks waiting in the queue caches and the sanitizer's
-//     quarantine go back to the policy, and the request is tried again;
-//     then wholly free segments (with exact bins, held blocks) are freed
-//     one at a time, largest first, retrying after each;
+//  5. the queue caches and the quarantine are drained, and the request
+//     tried again; then wholly free segments (with exact bins, held
+//     blocks) are freed one at a time, largest first, retrying after each;
 //  6. a segment of the request's own size instead of the policy's, as
 //     RMM's pool grows by the request: near a full device a 1000-byte
 //     request takes one block's bytes, not a segment's (with exact bins,
 //     its bin's block size, as PyOpenCL allocates: a request of 1 MiB
 //     takes 1,114,111 bytes);
-//  7. memory on its way (segments other requests are allocating or
-//     freeing, blocks leaving the quarantine) is waited for, half a
-//     second at most in all; if anything came back or was freed since
-//     the refusal, or the limit has room, every wholly free segment is
-//     freed in the same hold of the lock as the request's new segment,
-//     and the request is tried again (at most 16 times);
+//  7. memory on its way (segments being allocated or freed, blocks
+//     leaving the quarantine) is waited for, half a second at most in all;
+//     if a block fits, memory arrived or was freed, or the limit has room,
+//     every wholly free segment is freed with the request's new segment
+//     reserved, and the request tried again (at most 16 times);
 //  8. Allocate returns an *OutOfMemoryError that says where the memory is,
 //     wraps the allocator's error (nil for the limit's, and for a segment
 //     that would take the managed bytes past math.MaxInt64, which the

@@ -111,3 +111,28 @@ func TestS40hBlockGivenBackDuringRefusalMissed(t *testing.T) {
 	assert.True(t, served, "W slept on though A's block came back during its refusal")
 	assert.NoError(t, wErr)
 }
+
+// A block that fits, given back while the device refuses the request's
+// segment (its Close runs inside the refused allocation): the ladder's
+// free rung freed it, the largest wholly free segment, and asked the
+// device again, which refused: out of memory with the block that fit gone
+// back to the device. Found while s40h's test above ran on a busy machine
+// (its hook fired during the request's first refusal). Now the rung
+// retries first, and the block serves the request.
+func TestS40hFreeRungKeepsABlockThatFits(t *testing.T) {
+	size := int64(1 << 20)
+	ref := &s40hRefuser{}
+	f := newFixture(t, func(a allocator.Allocator) allocator.Allocator { ref.Allocator = a; return ref })
+	a, err := f.pool.Allocate(size)
+	require.NoError(t, err)
+	closeA := func() { assert.NoError(t, a.Close()) }
+	ref.onRefuse.Store(&closeA)
+	ref.armed.Store(true) // the device is full from now on
+	w, err := f.pool.Allocate(size)
+	ref.armed.Store(false)
+	require.NoError(t, err, "A's block, given back during the refusal, fits")
+	s := f.pool.Stats()
+	assert.Zero(t, s.DeviceFrees, "A's segment freed to ask the device again")
+	assert.Equal(t, int64(1), s.DeviceAllocs)
+	require.NoError(t, w.Close())
+}

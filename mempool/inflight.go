@@ -21,6 +21,26 @@ const finalRounds = 16
 // it, the request goes on as if nothing were in flight.
 const inFlightWait = 500 * time.Millisecond
 
+// waitForMemory is the wait of the ladder's last rung for req: counted in
+// p.waiting from before it reads the give-backs and drains (blocks given
+// back before: into the policy, where placement.Fits sees them), it waits
+// (awaitInFlight) until lad.waitUntil at the latest, set at the rung's
+// first round.
+func (p *Pool) waitForMemory(req *request, lad *ladder) {
+	if lad.finals == 0 {
+		lad.waitUntil = time.Now().Add(p.waitInFlight)
+	}
+	p.waiting.Add(1) // a block given back from now on ends the wait
+	defer p.waiting.Add(-1)
+	p.lock()
+	returned := p.l.returned
+	p.mu.Unlock()
+	p.drainFor(req)
+	p.lock()
+	p.awaitInFlight(lad, returned)
+	p.mu.Unlock()
+}
+
 // awaitInFlight waits, for the ladder's last rung of lad, while memory
 // that may serve its refused request is on its way (inFlightLocked) and
 // nothing has changed for it since the refusal (lad's decision): no batch

@@ -222,9 +222,10 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 				return p.retried() // a block came back: it may serve the request
 			}
 		case rungFree:
-			// Blocks back from the caches or the quarantine may serve
-			// the request: such a pass retries and frees nothing (the
-			// block that fits would be the largest wholly free one).
+			// Blocks back from the caches or the quarantine, or given
+			// back since the refusal, may serve the request: such a
+			// pass retries and frees nothing (the block that fits could
+			// be the largest wholly free one).
 			moved := p.drainFor(req)
 			p.lock()
 			if lad.frees < 0 {
@@ -234,7 +235,7 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 			retry := lad.frees > 0
 			if retry {
 				lad.frees--
-				if !moved {
+				if !moved && !p.pol.Fits(req.need()) {
 					s = p.pol.TakeLargest()
 					retry = s != nil
 				}
@@ -260,18 +261,7 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 			if lad.finals == finalRounds {
 				return false
 			}
-			if lad.finals == 0 {
-				lad.waitUntil = time.Now().Add(p.waitInFlight)
-			}
-			p.waiting.Add(1) // a block given back from now on ends the wait
-			p.lock()
-			returned := p.l.returned
-			p.mu.Unlock()
-			p.drainFor(req) // blocks given back before: into the policy, where Fits sees them
-			p.lock()
-			p.awaitInFlight(lad, returned)
-			p.mu.Unlock()
-			p.waiting.Add(-1)
+			p.waitForMemory(req, lad)
 			p.drainFor(req) // after the wait: blocks given back meanwhile count
 			p.lock()
 			c := p.pol.Counts()
