@@ -10,8 +10,11 @@ import (
 // Allocator hands out device buffers and takes them back.
 // Implementations are safe for concurrent use.
 type Allocator interface {
-	// Allocate returns a new buffer of size bytes. Size 0 returns a nil
-	// buffer and no error; a negative size is an error.
+	// Allocate returns a new buffer of size bytes: never one it handed
+	// out before (Budget and Counting keep books by the *cl.Buffer, and a
+	// buffer handed out again before its Free returned would take the
+	// place of the one being freed). Size 0 returns a nil buffer and no
+	// error; a negative size is an error.
 	Allocate(size int64) (*cl.Buffer, error)
 	// Free releases a buffer Allocate returned. Free(nil) does nothing.
 	Free(buf *cl.Buffer) error
