@@ -247,14 +247,21 @@ func s40bSubtract[T float32 | float64 | int32 | int64](t *testing.T, q *cl.Comma
 	s40bClose(t, a, b, d1, d2)
 }
 
+// s40bTens returns 10, 20, ..., 100 and an array of them (test_divide's).
+func s40bTens[T uint32 | int32 | float32 | float64](t *testing.T, q *cl.CommandQueue, alloc array.Alloc) ([]T, *array.Array[T]) {
+	t.Helper()
+	h := make([]T, 10)
+	for i := range h {
+		h[i] = T(10 * (i + 1))
+	}
+	a, err := array.FromHost(q, h, alloc)
+	require.NoError(t, err)
+	return h, a
+}
+
 func s40bDivide[T float32 | float64](t *testing.T, q *cl.CommandQueue, alloc array.Alloc) {
 	t.Helper()
-	ha := make([]T, 10)
-	for i := range ha {
-		ha[i] = T(10 * (i + 1))
-	}
-	a, err := array.FromHost(q, ha, alloc)
-	require.NoError(t, err)
+	ha, a := s40bTens[T](t, q, alloc)
 	s, err := array.Full[T](q, 10, 40, alloc)
 	require.NoError(t, err)
 	ten, err := array.Full[T](q, 10, 10, alloc)
@@ -280,12 +287,7 @@ func s40bDivide[T float32 | float64](t *testing.T, q *cl.CommandQueue, alloc arr
 
 func s40bDivideInPlace[T uint32 | int32 | float32 | float64](t *testing.T, q *cl.CommandQueue, alloc array.Alloc) {
 	t.Helper()
-	ha := make([]T, 10)
-	for i := range ha {
-		ha[i] = T(10 * (i + 1))
-	}
-	a, err := array.FromHost(q, ha, alloc)
-	require.NoError(t, err)
+	ha, a := s40bTens[T](t, q, alloc)
 	b, err := array.Full[T](q, 10, 10, alloc)
 	require.NoError(t, err)
 	require.NoError(t, a.IDiv(b))

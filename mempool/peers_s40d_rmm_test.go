@@ -158,6 +158,39 @@ func TestS40dPortRmmFailureCallbackSpillsIntoThePool(t *testing.T) {
 	}
 }
 
+// s40dQueueWorkers runs n goroutines, each on a queue of its own (q's
+// context), that allocate a 32 KiB block and close it, rounds times: their
+// blocks wait in their queues' caches. It returns the queues' allocators,
+// nil if the workers failed or hung (the test has failed).
+func s40dQueueWorkers(t *testing.T, p *mempool.Pool, q *cl.CommandQueue, n, rounds int) []*mempool.QueueAllocator {
+	t.Helper()
+	ons := make([]*mempool.QueueAllocator, n)
+	for i := range ons {
+		ons[i] = p.On(cltest.SecondQueue(t, q, 0))
+	}
+	var errs errSink
+	var wg sync.WaitGroup
+	for _, on := range ons {
+		wg.Go(func() {
+			for range rounds {
+				b, err := on.Allocate(32 << 10)
+				errs.add(err)
+				if err == nil {
+					errs.add(b.Close())
+				}
+			}
+		})
+	}
+	if !within(t, "the workers", wg.Wait) {
+		return nil
+	}
+	if err := errs.err(); err != nil {
+		t.Error(err)
+		return nil
+	}
+	return ons
+}
+
 // RMM ArenaTest.Defragment: threads, each on a stream of its own,
 // allocate and free 32 KiB; then one request of the whole arena must
 // succeed: the arena gives back every thread's free superblocks to the
@@ -171,28 +204,10 @@ func TestS40dPortRmmArenaDefragmentQueueCaches(t *testing.T) {
 		p, q, count := peerPool(t, pp, func(a allocator.Allocator) allocator.Allocator {
 			return allocator.NewBudget(a, budget)
 		})
-		const workers = 4
-		ons := make([]*mempool.QueueAllocator, workers)
-		for i := range ons {
-			ons[i] = p.On(cltest.SecondQueue(t, q, 0))
-		}
-		var errs errSink
-		var wg sync.WaitGroup
-		for _, on := range ons {
-			wg.Go(func() {
-				for range 3 {
-					b, err := on.Allocate(32 << 10)
-					errs.add(err)
-					if err == nil {
-						errs.add(b.Close())
-					}
-				}
-			})
-		}
-		if !within(t, "the workers", wg.Wait) {
+		ons := s40dQueueWorkers(t, p, q, 4, 3)
+		if ons == nil {
 			return
 		}
-		require.NoError(t, errs.err())
 		require.NotZero(t, p.HeldBytes(), "the workers' blocks are held")
 		big := int64(budget)
 		if !pp.arena {
@@ -220,22 +235,9 @@ func TestS40dPortRmmArenaDumpOnFailure(t *testing.T) {
 	forPeerPolicies(t, func(t *testing.T, pp peerPolicy) {
 		const limit = 1 << 20
 		p, q, _ := peerPool(t, pp, nil, mempool.WithLimit(limit))
-		var errs errSink
-		var wg sync.WaitGroup
-		for range 4 {
-			on := p.On(cltest.SecondQueue(t, q, 0))
-			wg.Go(func() {
-				b, err := on.Allocate(32 << 10)
-				errs.add(err)
-				if err == nil {
-					errs.add(b.Close())
-				}
-			})
-		}
-		if !within(t, "the workers", wg.Wait) {
+		if s40dQueueWorkers(t, p, q, 4, 1) == nil {
 			return
 		}
-		require.NoError(t, errs.err())
 		before := p.Stats()
 		_, err := p.Allocate(8 << 20)
 		require.ErrorIs(t, err, mempool.ErrOutOfMemory)
