@@ -221,7 +221,7 @@ type Counting struct {
 	inner Allocator
 
 	mu    sync.Mutex         // protects the fields below
-	live  map[*cl.Buffer]int // handed out and not freed -> -1 while a Free of it is under way, plus the Frees refused meanwhile
+	live  map[*cl.Buffer]int // handed out and not freed -> 0, or -1-n while a Free of it is under way (n: the Frees refused meanwhile)
 	stats CountingStats
 }
 
