@@ -48,8 +48,9 @@ func (p *Pool) waitForMemory(req *request, lad *ladder) {
 // given back since the ledger's count was returned (gaveBack, for
 // requests counted in p.waiting: the caller's count, taken before it read
 // returned and drained), no free block fits, the pool is open, and, if
-// only the limit refused it, the limit has no room for it. It waits until lad.waitUntil at the latest. p.mu
-// must be held; the wait lets go of it (p.freed).
+// only the limit refused it, the limit has no room for it. It waits until
+// lad.waitUntil at the latest. p.mu must be held; the wait lets go of it
+// (p.freed).
 func (p *Pool) awaitInFlight(lad *ladder, returned int64) {
 	d := time.Until(lad.waitUntil)
 	if d <= 0 || !p.inFlightLocked() {
