@@ -53,7 +53,7 @@ func TestS40gManyGoroutinesFreeSameAndOtherBuffers(t *testing.T) {
 				bufs[i], err = w.Allocate(64)
 				require.NoError(t, err)
 			}
-			var ok, bad atomic.Int64
+			var ok, bad, being atomic.Int64
 			var wg sync.WaitGroup
 			for g := 0; g < ngo; g++ {
 				wg.Add(1)
@@ -70,6 +70,9 @@ func TestS40gManyGoroutinesFreeSameAndOtherBuffers(t *testing.T) {
 								}()
 								return w.Free(b)
 							}()
+							if errors.Is(err, allocator.ErrBeingFreed) {
+								being.Add(1)
+							}
 							if errors.Is(err, errS40gFlaky) || errors.Is(err, allocator.ErrBeingFreed) {
 								runtime.Gosched()
 								continue // retry, as the docs provide for (another Free's outcome first)
@@ -102,7 +105,10 @@ func TestS40gManyGoroutinesFreeSameAndOtherBuffers(t *testing.T) {
 			case *allocator.Counting:
 				s := w.Stats()
 				assert.Equal(t, int64(nbuf), s.Frees)
-				assert.Equal(t, int64(nbuf*(ngo-1)), s.BadFrees)
+				// Each Free that found the buffer freed, and each refused
+				// while a Free that then freed it was under way.
+				assert.GreaterOrEqual(t, s.BadFrees, int64(nbuf*(ngo-1)))
+				assert.LessOrEqual(t, s.BadFrees, int64(nbuf*(ngo-1))+being.Load())
 				assert.Zero(t, s.Live)
 				assert.Zero(t, s.LiveBytes)
 			case *allocator.Budget:
