@@ -251,6 +251,19 @@ func collectUntil(t *testing.T, p *mempool.Pool, kind mempool.FindingKind) []mem
 	return nil
 }
 
+// waitOutput waits until out holds s; it fails the test after a few
+// seconds.
+func waitOutput(t *testing.T, out *syncBuffer, s string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("output lacks %q: %q", s, out.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func TestSanitizerDropped(t *testing.T) {
 	for _, pol := range sanPolicies {
 		for _, safety := range []bool{true, false} {
@@ -261,7 +274,9 @@ func TestSanitizerDropped(t *testing.T) {
 				require.Len(t, got, 1)
 				assert.Equal(t, mempool.Finding{Kind: mempool.Dropped, BlockID: id, Size: 3000, AllocSite: got[0].AllocSite}, got[0])
 				assert.Contains(t, got[0].AllocSite, "dropOne")
-				assert.Contains(t, f.out.String(), "dropped")
+				// The line is handed to the output once the sanitizer's
+				// lock is let go, after the finding is recorded.
+				waitOutput(t, f.out, "dropped")
 			})
 		}
 	}
