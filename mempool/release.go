@@ -50,9 +50,7 @@ func (p *Pool) give(pb *PooledBuffer, hooks hookList, record bool) error {
 	pb.size = ^size
 	if hooks == nil && record && p.putCached(pb, size) {
 		r.c.mu.Unlock()
-		if p.waiting.Load() > 0 {
-			p.gaveBack()
-		}
+		p.gaveBack()
 		return nil
 	}
 	if hooks == nil && p.san == nil {
@@ -108,9 +106,7 @@ func (p *Pool) takeBackThenUnlock(pb *PooledBuffer, size int64, record bool) err
 	gone := p.takeBack(pb.blk, size, pb.q, record)
 	p.forget()
 	p.mu.Unlock()
-	if p.waiting.Load() > 0 {
-		p.gaveBack()
-	}
+	p.gaveBack()
 	return p.freeSegments(gone)
 }
 

@@ -166,9 +166,7 @@ func (p *Pool) giveBackSanitized(pb *PooledBuffer, sb *sanBlock, size int64, hoo
 			hookErr = herr
 		}
 	}
-	if p.waiting.Load() > 0 {
-		p.gaveBack()
-	}
+	p.gaveBack()
 	return errors.Join(err, hookErr)
 }
 
