@@ -111,7 +111,7 @@ type splitMoves struct {
 	runs int      // runs: segs[:runs]
 	seg  *segment // the last run's segment
 	next int32    // the size of the move that is the next half of a round trip; 0: none
-	back bool     // moves[n-1] is undone, and not made again yet
+	half uint16   // halves of round trips of moves[n-1] counted since it was listed (odd: it is undone, and not made again yet)
 
 	moves [flushOps]splitMove
 	segs  [flushOps]*segment // each run's segment
@@ -126,26 +126,35 @@ type splitMove struct {
 
 // trip counts a move of a split block of seg, of size bytes, into the
 // cache (size > 0) or out of it (size < 0), as half of a round trip of
-// the last move listed, and reports whether it is one.
+// the last move listed, and reports whether it is one. The halves are
+// only counted here: settle adds the round trips to the move.
 func (m *splitMoves) trip(seg *segment, size int64) bool {
 	if int32(size) != m.next || seg != m.seg { // a size is never 0: next is not 0 once a move is listed
 		return false
 	}
-	if m.back {
-		m.moves[m.n-1].trips++
-	}
-	m.back, m.next = !m.back, -int32(size)
+	m.half++ // at most 2*flushOps: the cache is flushed at flushOps operations
+	m.next = -int32(size)
 	return true
+}
+
+// settle adds the round trips counted since the last move was listed to
+// it, and lists the undoing move held back, if any.
+func (m *splitMoves) settle() {
+	if m.half == 0 {
+		return
+	}
+	m.moves[m.n-1].trips += m.half / 2
+	if m.half%2 != 0 {
+		m.add(m.seg, -m.moves[m.n-1].size)
+	}
+	m.half = 0
 }
 
 // list lists a move that trip did not count: the undoing move held back
 // first, if any. Fewer than flushOps moves are listed: the cache is
 // flushed at flushOps operations.
 func (m *splitMoves) list(seg *segment, size int64) {
-	if m.back {
-		m.add(m.seg, -m.moves[m.n-1].size)
-		m.back = false
-	}
+	m.settle()
 	m.add(seg, int32(size))
 	m.next = -int32(size)
 }
@@ -165,17 +174,14 @@ func (m *splitMoves) add(seg *segment, size int32) {
 // listed, and the next move begins a run, so that no round trip spans two
 // turns.
 func (m *splitMoves) cut() {
-	if m.back {
-		m.add(m.seg, -m.moves[m.n-1].size)
-		m.back = false
-	}
+	m.settle()
 	m.seg, m.next = nil, 0
 }
 
 // reset empties m, once the ledger has it.
 func (m *splitMoves) reset() {
 	clear(m.segs[:m.runs])
-	m.n, m.runs, m.seg, m.next, m.back = 0, 0, nil, 0, false
+	m.n, m.runs, m.seg, m.next, m.half = 0, 0, nil, 0, 0
 }
 
 // segMoves replays moves of a segment's split blocks into and out of a
