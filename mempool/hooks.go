@@ -17,6 +17,13 @@ type EventKind uint8
 // segment the pool gives back to its allocator (the out-of-memory ladder,
 // FreeHeld and the like, Close of the pool): with AllocAfter, it tells a
 // hook the pool's managed bytes as they change. CuPy has no such event.
+// Both are told outside the pool's lock, SegmentFree after the
+// allocator's Free returned (its Err is the Free's), AllocAfter after the
+// device allocation and before the pool counts the segment: from several
+// goroutines, a segment allocated in the room of one being freed can be
+// told before that one's SegmentFree, so a sum of these events can pass
+// the pool's managed bytes (Stats' ManagedBytes) for a moment. From one
+// goroutine they are in the pool's order.
 const (
 	AllocBefore EventKind = iota
 	AllocAfter

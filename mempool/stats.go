@@ -213,9 +213,11 @@ type Stats struct {
 	OversizeAllocations Stat
 	OversizeSegments    Stat
 
-	// Queues has the figures of each queue the pool has allocated for
-	// (Pool.On, and the allocator's own queue), in order of first use;
-	// a queue released and forgotten (see RecordQueue) keeps its line.
+	// Queues has the figures of each queue the pool knows: those it has
+	// allocated for (Pool.On, and the allocator's own queue) and those a
+	// RecordQueue named (a line of zero counts until it allocates), in
+	// order of first use; a queue released and forgotten (see
+	// RecordQueue) keeps its line.
 	Queues []QueueStats
 }
 

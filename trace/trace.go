@@ -621,8 +621,11 @@ type Summary struct {
 
 	// The segments' events (SegmentAlloc and SegmentFree): the device
 	// allocations and frees a recorded pool made, and the most bytes of
-	// segments live at once, the pool's peak managed bytes (saturating
-	// as PeakLiveBytes does). Zero for a trace without them.
+	// segments live at once: the pool's peak managed bytes, as its events
+	// told them (saturating as PeakLiveBytes does; a pool used from
+	// several goroutines can tell a segment allocated before another's
+	// free, which adds to this peak: see mempool.SegmentFree). Zero for a
+	// trace without them.
 	SegmentAllocs, SegmentFrees int
 	PeakSegmentBytes            int64
 }

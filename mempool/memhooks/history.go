@@ -194,7 +194,8 @@ func (h *History) Site(id uint64) (string, bool) {
 // ring's oldest entry, but whose allocation has left the ring, has its
 // SegmentAlloc event written first, at the time of that oldest entry, in
 // the order of the segments' ids: the trace's segment events give the
-// pool's managed bytes at every moment, of the segments allocated since
+// pool's managed bytes as they change (in the order they were told: see
+// mempool.SegmentFree), of the segments allocated since
 // the History was registered. (Segments the pool had before are not in
 // the trace, nor their frees.) The trace is sited, with the queue and
 // site columns, if the History records sites or any event has a queue.

@@ -21,9 +21,15 @@ import (
 // It records the pool's segments too, as the trace's ops A and F: each
 // device allocation the pool made (alloc_after) and gave back
 // (segment_free), numbered 1, 2, ... apart from the blocks, so that the
-// trace has the pool's own managed bytes at every moment. Blocks and
+// trace has the pool's own managed bytes as they change. Blocks and
 // segments the pool had before the recorder was added are left out, their
-// frees with them.
+// frees with them. From one goroutine, the trace's segment bytes are the
+// pool's at every moment (its peak is Stats' PeakManagedBytes). From
+// several, a segment_free comes once the allocator's Free returned, and an
+// alloc_after before the pool counts its segment: another goroutine's
+// segment, made in the room of the one freed, can be told first, so the
+// trace can show both live at once, a peak above the pool's (see
+// mempool.SegmentFree).
 //
 // With WithSites (or WithStacks), the trace has two more columns: the
 // queue of each block, numbered 1, 2, ... by the recorder in the order of

@@ -269,7 +269,7 @@ var infoDesc = prometheus.NewDesc("clpool_pool_info",
 	"The pool's policy (bins or arena) and leading bits; the value is 1.",
 	append(append([]string(nil), poolLabels...), "policy", "leading_bits"), nil)
 
-// queueMetrics are the figures of each queue the pool has allocated for
+// queueMetrics are the figures of each queue the pool knows
 // (Stats.Queues), the queue label being its name or its index there
 // (queueLabels).
 var queueMetrics = []struct {

@@ -48,7 +48,8 @@
 // clpool_max_split_size_bytes (0: none); and clpool_pool_info, of value 1,
 // whose labels policy and leading_bits name the configuration.
 //
-// Each queue the pool has allocated for (Stats.Queues) has counters with a
+// Each queue the pool knows (Stats.Queues: those it allocated for, and
+// those a RecordQueue named) has counters with a
 // label queue: the name given to the queue with mempool.QueueName,
 //
 //	copies := pool.On(copyQueue, mempool.QueueName("copy")) // queue="copy"
