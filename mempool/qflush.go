@@ -366,23 +366,12 @@ func (p *Pool) givesBack(req *request) bool {
 // takes no lock: the list is replaced, never changed.
 func (p *Pool) cacheList() []*qstate { return *p.caches.Load() }
 
-// flushAll brings every queue's cache's sums into the ledger. It holds
-// no cache's lock while it waits for p.mu, so that a queue's flush never
-// finds one held for it and brings in newer turns before that cache's
-// (a Stats reader would split one goroutine's turns): it brings in,
-// under p.mu, every cache not in use, and only if one was, waits for each
-// in turn.
+// flushAll brings every queue's cache's sums into the ledger, with every
+// cache's lock held (lockCaches): a cache in use keeps its turns until
+// its operation ends, and no newer turn of another cache comes in before
+// them (bringing in the caches not in use, as a queue's flush does, would
+// split one goroutine's turns on two queues: review s41c).
 func (p *Pool) flushAll() {
-	p.lock()
-	busy := p.flushIdle(nil)
-	p.mu.Unlock()
-	if !busy {
-		return
-	}
-	p.inspecting.Add(1)
-	defer p.inspecting.Add(-1)
-	for _, qs := range p.cacheList() {
-		p.lockFlushed(qs, false, false)
-		p.mu.Unlock()
-	}
+	qs, _ := p.lockCaches()
+	p.unlockCaches(qs)
 }

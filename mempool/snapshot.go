@@ -200,11 +200,13 @@ func noteBlock(b *block, size int64, r *qstate, pb *PooledBuffer) {
 }
 
 // lockCaches locks every queue's cache, then p.mu, for a look at every
-// block (Snapshot, Stats); it returns the queues locked and the cached
-// blocks. unlockCaches undoes it. It first tries, under p.mu, every
-// cache's lock, and lets go and tries again while one is in use (at most
-// lockTries times): so it holds no cache's lock while it waits for p.mu,
-// and a queue's flush meanwhile finds none held for it (see flushAll).
+// block (Snapshot, Stats), or to bring in every cache's sums (flushAll,
+// ResetPeak); it returns the queues locked and the cached blocks.
+// unlockCaches undoes it. It first tries, under p.mu, every cache's lock,
+// and lets go and tries again while one is in use (at most lockTries
+// times): so it holds no cache's lock while it waits for p.mu, and a
+// queue's flush meanwhile finds none held for it (it would bring in its
+// own newer turns before that cache's).
 // Then it waits for each cache's lock, and p.mu, in the lock order.
 func (p *Pool) lockCaches() ([]*qstate, map[*block]bool) {
 	p.inspecting.Add(1)

@@ -282,9 +282,8 @@ func (p *Pool) MemoryStats() map[string]int64 {
 // ResetPeak sets every peak to its current value, as
 // torch.cuda.reset_peak_memory_stats does.
 func (p *Pool) ResetPeak() {
-	p.flushAll()
-	p.lock()
-	defer p.mu.Unlock()
+	qs, _ := p.lockCaches() // every cache's sums in, and none meanwhile
+	defer p.unlockCaches(qs)
 	p.l.resetPeak()
 }
 
@@ -293,9 +292,8 @@ func (p *Pool) ResetPeak() {
 // and each queue's requests, hits, handovers, markers and waits), as
 // torch.cuda.reset_accumulated_memory_stats does.
 func (p *Pool) ResetAccumulated() {
-	p.flushAll()
-	p.lock()
-	defer p.mu.Unlock()
+	qs, _ := p.lockCaches() // every cache's sums in, and none meanwhile
+	defer p.unlockCaches(qs)
 	p.l.resetAccumulated()
 }
 
