@@ -66,6 +66,33 @@ func (h *s41aTally) Handle(e mempool.Event) {
 	}
 }
 
+// s41aCountedSet makes a Set whose pools' allocators, made by mk, are
+// wrapped in allocator.Counting, and returns the sums of their counts.
+func s41aCountedSet(mk func(*cl.CommandQueue) (allocator.Allocator, error), opts ...mempool.Option) (*mempool.Set, func() (allocs, frees, live int64)) {
+	var mu sync.Mutex
+	var counts []*allocator.Counting
+	s := mempool.NewSet(func(q *cl.CommandQueue) (allocator.Allocator, error) {
+		a, err := mk(q)
+		if err != nil {
+			return nil, err
+		}
+		c := allocator.NewCounting(a)
+		mu.Lock()
+		counts = append(counts, c)
+		mu.Unlock()
+		return c, nil
+	}, opts...)
+	return s, func() (a, f, l int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range counts {
+			st := c.Stats()
+			a, f, l = a+st.Allocs, f+st.Frees, l+int64(st.Live)
+		}
+		return
+	}
+}
+
 // s41aSetKind makes a Set of one kind of pool, and says how to check what
 // reached its allocators.
 type s41aSetKind struct {
@@ -75,52 +102,14 @@ type s41aSetKind struct {
 
 var s41aKinds = []s41aSetKind{
 	{"buffers", func(t *testing.T, q *cl.CommandQueue, opts ...mempool.Option) (*mempool.Set, func() (int64, int64, int64)) {
-		var mu sync.Mutex
-		var counts []*allocator.Counting
-		s := mempool.NewSet(func(q *cl.CommandQueue) (allocator.Allocator, error) {
-			imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
-			if err != nil {
-				return nil, err
-			}
-			c := allocator.NewCounting(imm)
-			mu.Lock()
-			counts = append(counts, c)
-			mu.Unlock()
-			return c, nil
+		return s41aCountedSet(func(q *cl.CommandQueue) (allocator.Allocator, error) {
+			return allocator.NewImmediate(q, cl.MemReadWrite)
 		}, opts...)
-		return s, func() (a, f, l int64) {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, c := range counts {
-				st := c.Stats()
-				a, f, l = a+st.Allocs, f+st.Frees, l+int64(st.Live)
-			}
-			return
-		}
 	}},
 	{"pinned", func(t *testing.T, q *cl.CommandQueue, opts ...mempool.Option) (*mempool.Set, func() (int64, int64, int64)) {
-		var mu sync.Mutex
-		var counts []*allocator.Counting
-		s := mempool.NewSet(func(q *cl.CommandQueue) (allocator.Allocator, error) {
-			pin, err := allocator.NewPinned(q)
-			if err != nil {
-				return nil, err
-			}
-			c := allocator.NewCounting(pin)
-			mu.Lock()
-			counts = append(counts, c)
-			mu.Unlock()
-			return c, nil
+		return s41aCountedSet(func(q *cl.CommandQueue) (allocator.Allocator, error) {
+			return allocator.NewPinned(q)
 		}, opts...)
-		return s, func() (a, f, l int64) {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, c := range counts {
-				st := c.Stats()
-				a, f, l = a+st.Allocs, f+st.Frees, l+int64(st.Live)
-			}
-			return
-		}
 	}},
 	{"svm", func(t *testing.T, q *cl.CommandQueue, opts ...mempool.Option) (*mempool.Set, func() (int64, int64, int64)) {
 		if have := q.Context().SVMCapabilities(); have&cl.SVMCoarseGrainBuffer == 0 {
