@@ -31,19 +31,7 @@ func TestHostileS41bTraceMatchesStats(t *testing.T) {
 			t.Run(fmt.Sprintf("arena=%v/drop=%v/san=%v/seed=%d", c.arena, c.drop, c.san, seed), func(t *testing.T) {
 				q := cltest.Queue(t)
 				qs := []*cl.CommandQueue{q, cltest.SecondQueue(t, q, 0), cltest.SecondQueue(t, q, cl.QueueOutOfOrder)}
-				opts := []mempool.Option{mempool.WithDropSafety(c.drop)}
-				if c.arena {
-					opts = append(opts, mempool.WithArena())
-				}
-				if c.san {
-					opts = append(opts, mempool.WithSanitizer(), mempool.WithSanitizerOutput(nil))
-				}
-				imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
-				require.NoError(t, err)
-				count := allocator.NewCounting(imm)
-				budget := allocator.NewBudget(count, 10<<20)
-				p, err := mempool.New(budget, opts...)
-				require.NoError(t, err)
+				p, count := s41BudgetPool(t, q, c.arena, c.drop, c.san, 10<<20)
 				var buf bytes.Buffer
 				rec := memhooks.NewTraceRecorder(&buf, memhooks.WithFlushEvery(0), memhooks.WithSites())
 				remove := p.AddHook(rec)
@@ -124,4 +112,25 @@ func TestHostileS41bTraceMatchesStats(t *testing.T) {
 			})
 		}
 	}
+}
+
+// s41BudgetPool returns a pool on q (WithArena if arena, drop safety as
+// drop says, the sanitizer, writing nowhere, if san) over a Budget of
+// budget bytes, over the Counting of an Immediate allocator, which it
+// returns too.
+func s41BudgetPool(t *testing.T, q *cl.CommandQueue, arena, drop, san bool, budget int64) (*mempool.Pool, *allocator.Counting) {
+	t.Helper()
+	opts := []mempool.Option{mempool.WithDropSafety(drop)}
+	if arena {
+		opts = append(opts, mempool.WithArena())
+	}
+	if san {
+		opts = append(opts, mempool.WithSanitizer(), mempool.WithSanitizerOutput(nil))
+	}
+	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
+	require.NoError(t, err)
+	count := allocator.NewCounting(imm)
+	p, err := mempool.New(allocator.NewBudget(count, budget), opts...)
+	require.NoError(t, err)
+	return p, count
 }

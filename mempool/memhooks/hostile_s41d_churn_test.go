@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
 	"github.com/clpool/clpool/mempool"
@@ -95,19 +94,7 @@ func TestHostileS41dHooksChurnOnQueues(t *testing.T) {
 		t.Run(fmt.Sprintf("arena=%v/drop=%v/san=%v", c.arena, c.drop, c.san), func(t *testing.T) {
 			q := cltest.Queue(t)
 			qs := []*cl.CommandQueue{q, cltest.SecondQueue(t, q, 0), cltest.SecondQueue(t, q, cl.QueueOutOfOrder)}
-			opts := []mempool.Option{mempool.WithDropSafety(c.drop)}
-			if c.arena {
-				opts = append(opts, mempool.WithArena())
-			}
-			if c.san {
-				opts = append(opts, mempool.WithSanitizer(), mempool.WithSanitizerOutput(nil))
-			}
-			imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
-			require.NoError(t, err)
-			count := allocator.NewCounting(imm)
-			budget := allocator.NewBudget(count, 8<<20)
-			p, err := mempool.New(budget, opts...)
-			require.NoError(t, err)
+			p, count := s41BudgetPool(t, q, c.arena, c.drop, c.san, 8<<20)
 
 			var mainBuf s41dLockedBuf
 			mainRec := memhooks.NewTraceRecorder(&mainBuf, memhooks.WithSites(), memhooks.WithFlushEvery(time.Millisecond))
