@@ -88,14 +88,13 @@ type qcache struct {
 	lastSize, lastN int64  // the last request's size and its block size
 	requests        uint32 // the requests it was asked, hits and misses (see giveBackStaleLocked)
 	d               qdelta // operations not yet in the ledger
-	// gone is set when the pool forgets the queue (forgetReleased):
-	// the cache takes no block again. Set with p.mu held too.
-	gone bool
+	gone            bool   // the pool forgot the queue (forgetReleased): no block comes in again; set under p.mu too
 
 	// ever is set at the first block put here, and never cleared:
-	// flushCaches tries the locks of those caches only.
-	ever atomic.Bool
-	_    [64]byte
+	// flushCaches tries the locks of those caches only. frozen is set
+	// while lockCaches holds mu without p.mu (see flushIdle).
+	ever, frozen atomic.Bool
+	_            [64]byte
 }
 
 // cachedBlock is a block in an arena's queue cache. It is big if it

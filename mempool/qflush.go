@@ -277,10 +277,15 @@ func (p *Pool) flushIdle(r *qstate) (busy bool) {
 			continue
 		}
 		if !qs.c.mu.TryLock() {
-			busy = true // in use: it may have sums
-			continue
-		}
-		if qs.c.d.ops() == 0 {
+			if !p.frozen(qs) {
+				busy = true // in use: it may have sums
+				continue
+			}
+			// Held by lockCaches, which waits for p.mu to bring it in:
+			// nothing changes it meanwhile, and it comes in here, in
+			// turn with the others (leaving it would bring their newer
+			// turns in before its older ones: review s41e).
+		} else if qs.c.d.ops() == 0 {
 			qs.c.mu.Unlock()
 			continue
 		}
@@ -288,7 +293,7 @@ func (p *Pool) flushIdle(r *qstate) (busy bool) {
 	}
 	p.flushTurnsLocked(cs)
 	for _, qs := range cs {
-		if qs != r {
+		if qs != r && !qs.c.frozen.Load() {
 			qs.c.mu.Unlock()
 		}
 	}

@@ -203,11 +203,13 @@ func noteBlock(b *block, size int64, r *qstate, pb *PooledBuffer) {
 // block (Snapshot, Stats), or to bring in every cache's sums (flushAll,
 // ResetPeak); it returns the queues locked and the cached blocks.
 // unlockCaches undoes it. It first tries, under p.mu, every cache's lock,
-// and lets go and tries again while one is in use (at most lockTries
-// times): so it holds no cache's lock while it waits for p.mu, and a
-// queue's flush meanwhile finds none held for it (it would bring in its
-// own newer turns before that cache's).
-// Then it waits for each cache's lock, and p.mu, in the lock order.
+// and lets go (of the caches' locks first) and tries again while one is
+// in use (at most lockTries times): so a queue's flush, under p.mu, never
+// finds a cache's lock held by it, and skips none (it would bring in its
+// own newer turns before that cache's). Then it waits for each cache's
+// lock, and p.mu, in the lock order, marking each cache frozen while it
+// holds its lock without p.mu: a queue's flush meanwhile brings such a
+// cache in with the others (flushIdle).
 func (p *Pool) lockCaches() ([]*qstate, map[*block]bool) {
 	p.inspecting.Add(1)
 	for try := 0; ; try++ {
@@ -228,6 +230,7 @@ func (p *Pool) lockCaches() ([]*qstate, map[*block]bool) {
 		} else {
 			for _, q := range qs {
 				q.c.mu.Lock()
+				q.c.frozen.Store(true)
 			}
 			p.lock()
 			if p.caches.Load() != list {
@@ -249,15 +252,38 @@ func (p *Pool) lockCaches() ([]*qstate, map[*block]bool) {
 	}
 }
 
+// frozenYields bounds frozen's wait for lockCaches's mark.
+const frozenYields = 4
+
+// frozen reports whether qs's cache, whose lock was found taken, is held
+// by lockCaches, waiting for p.mu: marked frozen, it stays so while p.mu
+// is held (the mark is cleared under p.mu only). lockCaches marks a cache
+// just after it takes its lock; while one is under way (p.inspecting),
+// frozen waits a few yields for the mark, which narrows that gap without
+// closing it: a lockCaches descheduled longer between its Lock and its
+// mark leaves the cache counted in use, and one goroutine's turns on two
+// queues can then come in out of order. p.mu must be held.
+func (p *Pool) frozen(qs *qstate) bool {
+	for k := 0; !qs.c.frozen.Load(); k++ {
+		if k == frozenYields || p.inspecting.Load() == 0 {
+			return false
+		}
+		runtime.Gosched()
+	}
+	return true
+}
+
 func (p *Pool) unlockCaches(qs []*qstate) {
 	p.releaseCaches(qs)
 	p.inspecting.Add(-1)
 }
 
-// releaseCaches lets go of p.mu, then of the locks of the caches qs.
+// releaseCaches lets go of the locks of the caches qs, then of p.mu (see
+// lockCaches). p.mu must be held.
 func (p *Pool) releaseCaches(qs []*qstate) {
-	p.mu.Unlock()
 	for _, q := range qs {
+		q.c.frozen.Store(false) // under p.mu: see flushIdle
 		q.c.mu.Unlock()
 	}
+	p.mu.Unlock()
 }
