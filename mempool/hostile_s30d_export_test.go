@@ -7,7 +7,7 @@ import "github.com/clpool/clpool/cl"
 // else: it lets a test put a request's handover where a request under way
 // during Close puts it, after Close released the queues, without racing.
 func S30dReleaseQueue(p *Pool, q *cl.CommandQueue) error {
-	qs, err := p.queueState(q, false)
+	qs, err := p.queueState(q, false, "")
 	if err != nil {
 		return err
 	}

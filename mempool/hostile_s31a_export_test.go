@@ -6,7 +6,7 @@ import "github.com/clpool/clpool/cl"
 // q in progress on another goroutine does, and returns what lets go of
 // it. A cache hit on another queue never waits for it.
 func S31aHoldCacheLock(p *Pool, q *cl.CommandQueue) (release func()) {
-	qs, err := p.queueState(q, false)
+	qs, err := p.queueState(q, false, "")
 	if err != nil {
 		panic(err)
 	}
@@ -17,7 +17,7 @@ func S31aHoldCacheLock(p *Pool, q *cl.CommandQueue) (release func()) {
 // S31aJoined returns, for q's cache in p, whether it joined its turns
 // (qdelta.joined), and its turns pending.
 func S31aJoined(p *Pool, q *cl.CommandQueue) (joined bool, turns int) {
-	qs, err := p.queueState(q, false)
+	qs, err := p.queueState(q, false, "")
 	if err != nil {
 		panic(err)
 	}

@@ -12,7 +12,7 @@ func S31cHoldPoolLock(p *Pool) (release func()) {
 // S31cCacheLocked returns what reports whether q's cache's lock is held
 // (it only tries it; it takes no other lock).
 func S31cCacheLocked(p *Pool, q *cl.CommandQueue) func() bool {
-	qs, err := p.queueState(q, false)
+	qs, err := p.queueState(q, false, "")
 	if err != nil {
 		panic(err)
 	}

@@ -39,17 +39,15 @@ type QueueAllocator struct {
 //
 //	copies := pool.On(copyQueue, mempool.QueueName("copy"))
 func (p *Pool) On(q *cl.CommandQueue, opts ...QueueOption) *QueueAllocator {
-	qs, err := p.queueState(q, true)
-	if err == nil {
-		var c queueConfig
-		for _, o := range opts {
-			o(&c)
-		}
-		if c.named {
-			p.lock()
-			p.l.s.Queues[qs.id-1].Name = c.name
-			p.mu.Unlock()
-		}
+	var c queueConfig
+	for _, o := range opts {
+		o(&c)
+	}
+	qs, err := p.queueState(q, true, c.name) // a new queue's line has its name at once (s41f)
+	if err == nil && c.named {
+		p.lock()
+		p.l.s.Queues[qs.id-1].Name = c.name // a queue known before is renamed
+		p.mu.Unlock()
 	}
 	return &QueueAllocator{p: p, qs: qs, err: err}
 }
@@ -110,8 +108,9 @@ func (a *QueueAllocator) FreeHeld() error {
 // registered). A released queue gets no state: On's is an error, and
 // RecordQueue's nil (nothing is left to wait for). Once the states reach
 // twice what the last pass kept (forgetMin at least), the pool first
-// forgets the queues their owners released (forgetReleased).
-func (p *Pool) queueState(q *cl.CommandQueue, forOn bool) (*qstate, error) {
+// forgets the queues their owners released (forgetReleased). A new
+// queue's line in Stats.Queues is named name.
+func (p *Pool) queueState(q *cl.CommandQueue, forOn bool, name string) (*qstate, error) {
 	if q == nil {
 		return nil, fmt.Errorf("mempool: On(nil): %w", cl.ErrInvalidCommandQueue)
 	}
@@ -169,7 +168,7 @@ func (p *Pool) queueState(q *cl.CommandQueue, forOn bool) (*qstate, error) {
 	p.queueOf[q] = qs
 	caches := append(*p.caches.Load(), qs) // a new array: readers keep theirs
 	p.caches.Store(&caches)
-	p.l.s.Queues = append(p.l.s.Queues, QueueStats{Queue: q})
+	p.l.s.Queues = append(p.l.s.Queues, QueueStats{Queue: q, Name: name})
 	p.mu.Unlock()
 	return qs, nil
 }
@@ -252,7 +251,7 @@ func (b *PooledBuffer) RecordQueue(q *cl.CommandQueue) error {
 	if closed {
 		return ErrClosed // before queueState, which would register q
 	}
-	qs, err := p.queueState(q, false)
+	qs, err := p.queueState(q, false, "")
 	if err != nil || qs == nil { // nil: q was released, its commands finished
 		return err
 	}

@@ -150,7 +150,7 @@ func newPool(call string, src source, opts []Option) (*Pool, error) {
 	p.defq = p.host
 	p.caches.Store(&[]*qstate{p.host})
 	if q := allocator.QueueOf(src.outer()); q != nil {
-		if qs, _ := p.queueState(q, false); qs != nil { // nil: q was released
+		if qs, _ := p.queueState(q, false, ""); qs != nil { // nil: q was released
 			p.defq = qs
 		}
 	}

@@ -28,7 +28,9 @@ type Collector struct {
 // NewCollector returns a Collector of p's statistics under name (its
 // bytes that are not valid UTF-8, which no label may hold, replaced by
 // U+FFFD). Register it with a prometheus.Registerer; Add adds more pools.
-// With a nil p it starts with no pool, and name is unused.
+// A registry takes one Collector (a second's Register fails: they
+// describe the same metrics), which may be registered in several
+// registries. With a nil p it starts with no pool, and name is unused.
 func NewCollector(name string, p *mempool.Pool) *Collector {
 	c := &Collector{pools: map[string]*mempool.Pool{}}
 	if p != nil {

@@ -9,6 +9,10 @@
 //	reg.MustRegister(c)
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
+// A registry takes one Collector: every Collector describes the same
+// metrics, so a second one's Register fails (prometheus.
+// AlreadyRegisteredError). Give the one Collector every pool, with Add.
+//
 // Publish publishes a pool's MemoryStats as an expvar variable, which
 // /debug/vars shows as JSON under torch.cuda.memory_stats' key names.
 //
