@@ -17,16 +17,7 @@ import (
 // returns the stats at the end and, when watch is true, the highest each
 // current reached, read after every operation.
 func s41bPeakRun(t *testing.T, arena, drop bool, seed uint64, watch bool) (end mempool.Stats, highs map[string]int64, tallyPeakReq, tallyPeakN int64) {
-	q := cltest.Queue(t)
-	qs := []*cl.CommandQueue{q, cltest.SecondQueue(t, q, 0), cltest.SecondQueue(t, q, 0)}
-	opts := []mempool.Option{mempool.WithDropSafety(drop)}
-	if arena {
-		opts = append(opts, mempool.WithArena())
-	}
-	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
-	require.NoError(t, err)
-	p, err := mempool.New(imm, opts...)
-	require.NoError(t, err)
+	qs, p := s41bPool(t, arena, drop)
 	defer p.Close()
 	rng := rand.New(rand.NewPCG(4141, seed))
 	type open struct {
@@ -139,4 +130,22 @@ func TestHostileS41bPeaksOneGoroutineManyQueues(t *testing.T) {
 			}
 		}
 	}
+}
+
+// s41bPool returns three in-order queues (the first the pool's own) and
+// a pool over an Immediate allocator on the first, WithArena if arena,
+// drop safety as drop says.
+func s41bPool(t *testing.T, arena, drop bool) ([]*cl.CommandQueue, *mempool.Pool) {
+	t.Helper()
+	q := cltest.Queue(t)
+	qs := []*cl.CommandQueue{q, cltest.SecondQueue(t, q, 0), cltest.SecondQueue(t, q, 0)}
+	opts := []mempool.Option{mempool.WithDropSafety(drop)}
+	if arena {
+		opts = append(opts, mempool.WithArena())
+	}
+	imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
+	require.NoError(t, err)
+	p, err := mempool.New(imm, opts...)
+	require.NoError(t, err)
+	return qs, p
 }

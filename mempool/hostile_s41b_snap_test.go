@@ -227,16 +227,7 @@ func TestHostileS41bSnapshotWhileBusy(t *testing.T) {
 	for _, arena := range []bool{false, true} {
 		for _, drop := range []bool{false, true} {
 			t.Run(fmt.Sprintf("arena=%v/drop=%v", arena, drop), func(t *testing.T) {
-				q := cltest.Queue(t)
-				qs := []*cl.CommandQueue{q, cltest.SecondQueue(t, q, 0), cltest.SecondQueue(t, q, 0)}
-				opts := []mempool.Option{mempool.WithDropSafety(drop)}
-				if arena {
-					opts = append(opts, mempool.WithArena())
-				}
-				imm, err := allocator.NewImmediate(q, cl.MemReadWrite)
-				require.NoError(t, err)
-				p, err := mempool.New(imm, opts...)
-				require.NoError(t, err)
+				qs, p := s41bPool(t, arena, drop)
 				defer p.Close()
 				sink := &errSink{}
 				stop := make(chan struct{})
@@ -278,7 +269,7 @@ func TestHostileS41bSnapshotWhileBusy(t *testing.T) {
 					}()
 				}
 				var bad []string
-				for i := range cltest.Size(q, 30, 300) {
+				for i := range cltest.Size(qs[0], 30, 300) {
 					snap := p.Snapshot()
 					var segBytes, held, activeReq, split int64
 					var heldN, activeN, splitN int
