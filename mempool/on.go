@@ -198,9 +198,11 @@ func (p *Pool) forgetReleased() (forgot int) {
 		}
 	}
 	p.mu.Unlock()
+	p.inspecting.Add(1) // the caches' locks taken below are no queue's operation
+	defer p.inspecting.Add(-1)
 	for _, qs := range states { // a copy: finite
 		qs.c.mu.Lock()
-		p.lock()
+		p.lockFrozen(qs)
 		if qs.c.gone {
 			p.mu.Unlock()
 			qs.c.mu.Unlock()

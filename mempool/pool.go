@@ -45,7 +45,7 @@ type Pool struct {
 	// at each turn.
 	_          [64]byte
 	clock      atomic.Uint64
-	inspecting atomic.Int32 // Stats and Snapshot in progress, which hold caches' locks (qflush.go)
+	inspecting atomic.Int32 // Stats, Snapshot, drains in progress, which hold caches' locks (qflush.go)
 	waiting    atomic.Int32 // requests waiting on the ladder's last rung (awaitInFlight): a Close wakes them
 
 	// The fields above are read on every request; mu and the core are

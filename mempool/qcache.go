@@ -306,20 +306,20 @@ func (p *Pool) drain() (moved bool, err error) {
 	if p.cacheState.Load() == cachesGone {
 		return moved, err // caching is off for good and the caches are empty: nothing to lock
 	}
-	for _, qs := range p.cacheList() {
-		qs.c.mu.Lock()
-		if len(qs.c.blocks) == 0 && qs.c.d.ops() == 0 {
-			qs.c.mu.Unlock()
-			continue
-		}
-		p.lock()
-		moved = moved || len(qs.c.blocks) > 0
-		gone := p.emptyCacheLocked(qs)
-		p.mu.Unlock()
-		qs.c.mu.Unlock()
-		err = errors.Join(err, p.freeSegments(gone))
+	if !p.anyCached() {
+		return moved, err // no p.mu: a miss takes it at most twice (TestMissTakesThePoolsLockAtMostTwice)
 	}
-	return moved, err
+	// Every cache's lock at once (lockCaches), its sums in, in turn: a
+	// cache emptied alone would bring its turns in before a busy one's
+	// older ones (review s41g: FreeHeld split one goroutine's turns).
+	qs, _ := p.lockCaches()
+	var gone []*segment
+	for _, q := range qs {
+		moved = moved || len(q.c.blocks) > 0
+		gone = append(gone, p.uncacheIfLocked(q, 1<<len(q.c.blocks)-1)...)
+	}
+	p.unlockCaches(qs)
+	return moved, errors.Join(err, p.freeSegments(gone))
 }
 
 // emptyCacheLocked brings qs's sums into the ledger and gives every block

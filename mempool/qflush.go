@@ -371,6 +371,19 @@ func (p *Pool) givesBack(req *request) bool {
 // takes no lock: the list is replaced, never changed.
 func (p *Pool) cacheList() []*qstate { return *p.caches.Load() }
 
+// anyCached reports whether a queue's cache may hold a block or sums:
+// one has held a block once (qcache.ever). It takes no lock: a cache's
+// lock taken without p.mu by what is no queue's operation would make a
+// queue's flush skip that cache (see lockCaches).
+func (p *Pool) anyCached() bool {
+	for _, qs := range p.cacheList() {
+		if qs.c.ever.Load() {
+			return true
+		}
+	}
+	return false
+}
+
 // flushAll brings every queue's cache's sums into the ledger, with every
 // cache's lock held (lockCaches): a cache in use keeps its turns until
 // its operation ends, and no newer turn of another cache comes in before
