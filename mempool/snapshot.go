@@ -253,10 +253,10 @@ func (p *Pool) lockCaches() ([]*qstate, map[*block]bool) {
 }
 
 // lockFrozen takes p.mu for a holder of qs's cache's lock that is no
-// queue's operation (a drain, forgetReleased), counted in p.inspecting:
-// the cache is marked frozen while it waits, so that a queue's flush
-// meanwhile brings it in with the others (review s41g: FreeHeld's drain
-// split one goroutine's turns, as lockCaches did).
+// queue's operation (forgetReleased), counted in p.inspecting: the cache
+// is marked frozen while it waits, so that a queue's flush meanwhile
+// brings it in with the others (review s41g: a cache's lock held so,
+// unmarked, split one goroutine's turns, as lockCaches's did).
 func (p *Pool) lockFrozen(qs *qstate) {
 	qs.c.frozen.Store(true)
 	p.lock()
