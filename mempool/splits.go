@@ -132,7 +132,7 @@ func (m *splitMoves) trip(seg *segment, size int64) bool {
 	if int32(size) != m.next || seg != m.seg { // a size is never 0: next is not 0 once a move is listed
 		return false
 	}
-	m.half++ // at most 2*flushOps: the cache is flushed at flushOps operations
+	m.half++ // at most flushOps: the cache is flushed at flushOps operations
 	m.next = -int32(size)
 	return true
 }
