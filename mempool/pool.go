@@ -237,7 +237,8 @@ func (p *Pool) Close() error {
 // Stats returns the pool's counters, consistent at one moment (every
 // queue cache's sums flushed first).
 func (p *Pool) Stats() Stats {
-	qs, cached := p.lockCaches()
+	qs := p.lockCaches()
+	cached := p.cachedLocked(qs)
 	defer p.unlockCaches(qs)
 	s := p.statsLocked()
 	if len(cached) > 0 && s.HeldBytes > 0 {
@@ -276,7 +277,8 @@ func (p *Pool) HeldBytes() int64 { return p.Stats().HeldBytes }
 // WithArena, of the size class of the largest free block), and whether
 // there is one.
 func (p *Pool) LargestHeldBin() (uint32, bool) {
-	qs, cached := p.lockCaches()
+	qs := p.lockCaches()
+	cached := p.cachedLocked(qs)
 	defer p.unlockCaches(qs)
 	n := p.pol.LargestFree()
 	for b := range cached {

@@ -312,7 +312,7 @@ func (p *Pool) drain() (moved bool, err error) {
 	// Every cache's lock at once (lockCaches), its sums in, in turn: a
 	// cache emptied alone would bring its turns in before a busy one's
 	// older ones (review s41g: FreeHeld split one goroutine's turns).
-	qs, _ := p.lockCaches()
+	qs := p.lockCaches()
 	var gone []*segment
 	for _, q := range qs {
 		moved = moved || len(q.c.blocks) > 0

@@ -390,6 +390,6 @@ func (p *Pool) anyCached() bool {
 // them (bringing in the caches not in use, as a queue's flush does, would
 // split one goroutine's turns on two queues: review s41c).
 func (p *Pool) flushAll() {
-	qs, _ := p.lockCaches()
+	qs := p.lockCaches()
 	p.unlockCaches(qs)
 }

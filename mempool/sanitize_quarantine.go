@@ -188,7 +188,7 @@ func (s *sanitizer) checkQuarantine(only map[*sanBlock]bool) (waiting []*sanBloc
 }
 
 // quarantined adds the blocks in quarantine to cached, the blocks that
-// are held although the policy sees them in use (see lockCaches). p.mu
+// are held although the policy sees them in use (see cachedLocked). p.mu
 // must be held.
 func (s *sanitizer) quarantined(cached map[*block]bool) {
 	s.mu.Lock()

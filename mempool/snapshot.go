@@ -114,7 +114,8 @@ func historyOf(hooks hookList, queues []QueueStats) (h []trace.Event) {
 // It holds the pool's lock, and every queue's cache's, while it walks
 // them: a snapshot is for looking, not for a hot path.
 func (p *Pool) Snapshot() Snapshot {
-	qs, cached := p.lockCaches()
+	qs := p.lockCaches()
+	cached := p.cachedLocked(qs)
 	st := p.statsLocked()
 	s := Snapshot{
 		Time:         time.Now(),
@@ -201,7 +202,7 @@ func noteBlock(b *block, size int64, r *qstate, pb *PooledBuffer) {
 
 // lockCaches locks every queue's cache, then p.mu, for a look at every
 // block (Snapshot, Stats), or to bring in every cache's sums (flushAll,
-// ResetPeak); it returns the queues locked and the cached blocks.
+// ResetPeak); it returns the queues locked (cachedLocked: their blocks).
 // unlockCaches undoes it. It first tries, under p.mu, every cache's lock,
 // and lets go (of the caches' locks first) and tries again while one is
 // in use (at most lockTries times): so a queue's flush, under p.mu, never
@@ -210,7 +211,7 @@ func noteBlock(b *block, size int64, r *qstate, pb *PooledBuffer) {
 // lock, and p.mu, in the lock order, marking each cache frozen while it
 // holds its lock without p.mu: a queue's flush meanwhile brings such a
 // cache in with the others (flushIdle).
-func (p *Pool) lockCaches() ([]*qstate, map[*block]bool) {
+func (p *Pool) lockCaches() []*qstate {
 	p.inspecting.Add(1)
 	for try := 0; ; try++ {
 		list := p.caches.Load()
@@ -239,17 +240,24 @@ func (p *Pool) lockCaches() ([]*qstate, map[*block]bool) {
 			}
 		}
 		p.flushTurnsLocked(qs)
-		cached := map[*block]bool{}
-		for _, q := range qs {
-			for _, cb := range q.c.blocks {
-				cached[cb.block] = true
-			}
-		}
-		if p.san != nil {
-			p.san.quarantined(cached) // held, and not in the policy either
-		}
-		return qs, cached
+		return qs
 	}
+}
+
+// cachedLocked returns the blocks in the caches qs, locked by
+// lockCaches, and in the sanitizer's quarantine: held, although the
+// policy sees them in use. p.mu must be held.
+func (p *Pool) cachedLocked(qs []*qstate) map[*block]bool {
+	cached := map[*block]bool{}
+	for _, q := range qs {
+		for _, cb := range q.c.blocks {
+			cached[cb.block] = true
+		}
+	}
+	if p.san != nil {
+		p.san.quarantined(cached) // held, and not in the policy either
+	}
+	return cached
 }
 
 // lockFrozen takes p.mu for a holder of qs's cache's lock that is no

@@ -282,7 +282,7 @@ func (p *Pool) MemoryStats() map[string]int64 {
 // ResetPeak sets every peak to its current value, as
 // torch.cuda.reset_peak_memory_stats does.
 func (p *Pool) ResetPeak() {
-	qs, _ := p.lockCaches() // every cache's sums in, and none meanwhile
+	qs := p.lockCaches() // every cache's sums in, and none meanwhile
 	defer p.unlockCaches(qs)
 	p.l.resetPeak()
 }
@@ -292,7 +292,7 @@ func (p *Pool) ResetPeak() {
 // and each queue's requests, hits, handovers, markers and waits), as
 // torch.cuda.reset_accumulated_memory_stats does.
 func (p *Pool) ResetAccumulated() {
-	qs, _ := p.lockCaches() // every cache's sums in, and none meanwhile
+	qs := p.lockCaches() // every cache's sums in, and none meanwhile
 	defer p.unlockCaches(qs)
 	p.l.resetAccumulated()
 }
