@@ -363,24 +363,24 @@
 //
 // # Sanitizer
 //
-// WithSanitizer (or the environment variable CLPOOL_SANITIZE=1) makes a
-// pool find four memory bugs, each with the line that allocated the block
-// (Finding, Pool.Findings): a write past the bytes requested
-// (OutOfBounds), found in at least SanitizerGuard guard bytes after every
-// block, inside its cl_mem, by a check kernel at Close; a write after
-// Close (WriteAfterClose), found in the poison a closed block is filled
-// with while it waits in a first-in first-out quarantine before reuse; a
-// PooledBuffer the garbage collector reclaimed without Close (Dropped);
-// and a block open at the pool's Close (LeakedAtClose). The checks are
-// ordered after the commands that may still use the block, as a handover
-// is, and read without waiting on the device until Findings or Close.
-// Each finding is printed once to standard error as it is found
-// (WithSanitizerOutput redirects or silences it). A sanitized pool has no
-// queue caches, keeps drop safety on, counts its guard bytes against the
-// limit and its quarantine as held, and is much slower (BENCHMARKS.md);
-// with the sanitizer off, nothing of it runs on the hit. Blocks of an
-// allocator without a queue are checked on a queue of the sanitizer's
-// own: close them once their commands have completed.
+// WithSanitizer (or the environment variable CLPOOL_SANITIZE=1) makes a pool
+// find four memory bugs, each with the line that allocated the block
+// (Finding, Pool.Findings): a write past the bytes requested (OutOfBounds),
+// found in at least SanitizerGuard guard bytes after every block, inside its
+// cl_mem, by a check kernel at Close; a write after Close (WriteAfterClose),
+// found in the poison a closed block is filled with while it waits in a
+// first-in first-out quarantine before reuse; a PooledBuffer the garbage
+// collector reclaimed without Close (Dropped); and a block open at the pool's
+// Close (LeakedAtClose). The checks are ordered after the commands that may
+// still use the block, as a handover is, and read without waiting on the
+// device until Findings or Close. Each finding is printed once to standard
+// error as it is found (WithSanitizerOutput redirects or silences it). A
+// sanitized pool has no queue caches, keeps drop safety on, counts its guard
+// bytes against the limit and its quarantine as held (a block closed while a
+// request is on the out-of-memory ladder passes through it at once), and is
+// much slower (BENCHMARKS.md); with the sanitizer off, nothing of it runs on
+// the hit. Blocks of an allocator without a queue are checked on the
+// sanitizer's own queue: close them once their commands have completed.
 //
 // # Misuse
 //

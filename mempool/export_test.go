@@ -63,3 +63,11 @@ const ForgetMin = forgetMin
 // its way (inFlightWait), so that a test of what ends the wait sees the
 // wait end by it and not by the time. Call it before p is shared.
 func SetInFlightWait(p *Pool, d time.Duration) { p.waitInFlight = d }
+
+// Quarantined returns how many blocks p's sanitizer holds in quarantine
+// (counted held), leaving ones too until they are in the policy.
+func Quarantined(p *Pool) int {
+	p.lock()
+	defer p.mu.Unlock()
+	return p.l.quar.blocks
+}

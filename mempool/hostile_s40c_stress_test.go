@@ -74,7 +74,16 @@ func TestS40cFourQueuesWithinLimitNeverFail(t *testing.T) {
 						// request having lost its 16 rounds to the other
 						// goroutines' Closes refilling the quarantine, which
 						// counts against the limit, while the arena's pieces
-						// waited to merge. Left undone (session 40's note).
+						// waited to merge. Since s42a the quarantine lets blocks
+						// through while a request is on the ladder (the bins
+						// case, one run in fifteen before, passed 75 of 75):
+						// this case passed 20 runs of 20 quiet, and failed 2
+						// in about 165 beside one or two CPU hogs, the last
+						// with three requests on the ladder and the whole limit
+						// being allocated or freed at the error: the ladder's
+						// waits for memory in flight (half a second in all)
+						// run out under that load. Left undone (session 42's
+						// note).
 						t.Skip("a sanitized arena under a limit this tight: the quarantine's refills and the arena's unmerged pieces can starve one request")
 					}
 					total := 4 * block

@@ -54,6 +54,7 @@ type ladder struct {
 	waitUntil   time.Time // when rung 5's waits end (inFlightWait after its first round)
 	cause       error     // the device's last refusal; nil if only the limit refused
 	pressed     bool      // refused once: any free block that fits serves (placement.GetAnyOn)
+	pressing    bool      // counted in p.pressing, until the request leaves the ladder (leave)
 	pending     *segment  // reserved before a drain, taken back by the next decide
 }
 
@@ -82,6 +83,7 @@ func (p *Pool) serve(req *request) (*block, []policy.Use, error) {
 	req.mayDrain = p.cacheState.Load() != cachesGone && (p.arena || p.blockSize(req.size) <= cacheMaxBlock)
 	req.drainQ = p.san != nil
 	lad := ladder{frees: -1}
+	defer p.leave(&lad)
 	gone := p.lockFlushed(req.q, req.cacheMu, p.givesBack(req))
 	d := p.decide(req, &lad)
 	p.mu.Unlock()
@@ -182,6 +184,15 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 	p.countMiss(req)
 	p.mu.Unlock()
 	lad.pressed = true
+	if !lad.pressing {
+		// While a request is on the ladder, the sanitizer's quarantine
+		// lets closed blocks through at once (sanitizer.enter): else the
+		// other requests' Closes refill it, counted held, while the
+		// ladder's rounds go by, and the request fails with every block
+		// of the others closed.
+		lad.pressing = true
+		p.pressing.Add(1)
+	}
 	for {
 		switch lad.rung {
 		case rungAny:
@@ -279,6 +290,13 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 			lad.final = true
 			return p.retried()
 		}
+	}
+}
+
+// leave ends a request's climb of the ladder lad.
+func (p *Pool) leave(lad *ladder) {
+	if lad.pressing {
+		p.pressing.Add(-1)
 	}
 }
 

@@ -47,6 +47,7 @@ type Pool struct {
 	clock      atomic.Uint64
 	inspecting atomic.Int32 // Stats, Snapshot, drains in progress, which hold caches' locks (qflush.go)
 	waiting    atomic.Int32 // requests waiting on the ladder's last rung (awaitInFlight): a Close wakes them
+	pressing   atomic.Int32 // requests on the out-of-memory ladder (refused once): the quarantine lets closed blocks through
 
 	// The fields above are read on every request; mu and the core are
 	// written. The padding keeps them on different cache lines, so that

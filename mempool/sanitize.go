@@ -38,7 +38,9 @@ import (
 //   - A block leaves the quarantine (leaveQuarantine) when newer ones push
 //     it out (more than SanitizerQuarantineBlocks blocks or
 //     SanitizerQuarantineBytes bytes), when the pool drains what it sets
-//     aside (FreeHeld, the out-of-memory ladder, Close): a check kernel
+//     aside (FreeHeld, the out-of-memory ladder, Close), or at once if it
+//     is closed while a request is on the out-of-memory ladder (the
+//     quarantine yields to memory pressure): a check kernel
 //     looks for a poison byte that changed (WriteAfterClose) on the same
 //     queue, and the block goes to the policy recording that queue, so
 //     that the next user waits for the check. Findings checks the poison

@@ -138,7 +138,7 @@ func (p *Pool) giveBackSanitized(pb *PooledBuffer, sb *sanBlock, size int64, hoo
 		runtime.SetFinalizer(pb, nil) // under p.mu: see core.handOut
 	}
 	p.l.deactivate(b, size)
-	leaving := s.enter(sb)
+	leaving := s.enter(sb, p.pressing.Load() > 0)
 	var gone []*segment
 	if i := slices.Index(leaving, sb); i >= 0 && sb.poison == nil {
 		// Nothing to check (the pool is closed, or no longer holds): b goes back at once,

@@ -36,14 +36,15 @@ func (s *sanitizer) poison(sb *sanBlock, cq *qstate) {
 }
 
 // enter puts sb, closed and poisoned, in quarantine, and returns the
-// blocks that leave it to make room, oldest first, marked leaving; once
-// the pool is closed, or no longer holds (StopHolding), sb itself leaves
-// at once. p.mu must be held.
-func (s *sanitizer) enter(sb *sanBlock) []*sanBlock {
+// blocks that leave it to make room, oldest first, marked leaving; sb
+// itself leaves at once once the pool is closed, or no longer holds
+// (StopHolding), or while a request is on the out-of-memory ladder
+// (pass; its poison is still checked as it leaves). p.mu must be held.
+func (s *sanitizer) enter(sb *sanBlock, pass bool) []*sanBlock {
 	s.mu.Lock()
 	defer s.mu.Unlock() // nothing printed: the pool's lock may be held
 	s.quar = append(s.quar, sb)
-	if s.closed || s.stopped {
+	if s.closed || s.stopped || pass {
 		sb.leaving = true
 		return []*sanBlock{sb}
 	}

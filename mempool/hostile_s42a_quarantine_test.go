@@ -1,0 +1,61 @@
+package mempool_test
+
+// Review s42a: a sanitized pool's quarantine, counted held, against a
+// request on the out-of-memory ladder (s40c's starvation: the other
+// requests' Closes refilled it while the ladder's rounds went by).
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/clpool/clpool/allocator"
+	"github.com/clpool/clpool/internal/cltest"
+	"github.com/clpool/clpool/mempool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A block closed while a request is on the ladder (here: refused by the
+// device once, its retry, after the ladder freed C's wholly free segment,
+// held in the allocator) passes through the quarantine to the policy at
+// once, its poison checked; one closed once no request is on the ladder
+// waits in the quarantine as before. Before the fix, A's block stayed in
+// the quarantine, where a request on the ladder's last rung cannot take
+// it until its next drain: s40c's four goroutines under a tight limit
+// failed one run in fifteen, "0 blocks active, 5 blocks held". Exact
+// bins: an arena would serve W from A's or C's segment (the quarantine is
+// the same for both).
+func TestS42aQuarantineLetsBlocksThroughWhileRequestOnLadder(t *testing.T) {
+	g := newGated()
+	opts := []mempool.Option{mempool.WithSanitizer(), mempool.WithSanitizerOutput(nil)}
+	f := newFixture(t, func(a allocator.Allocator) allocator.Allocator { g.Allocator = a; return g }, opts...)
+	size := int64(cltest.Size(f.q, 100<<10, 1000<<10))
+	a, err := f.pool.Allocate(size)
+	require.NoError(t, err)
+	c, err := f.pool.Allocate(4 * size) // a segment the ladder frees before it retries
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+
+	var once sync.Once
+	hold := g.hold()
+	open := func() { once.Do(hold) }
+	t.Cleanup(open)
+	g.refuse.Store(1) // the device refuses W's first segment
+	w := allocateAside(f.pool.Allocate, size)
+	select {
+	case <-g.entered: // W's retry, on the ladder
+	case <-w.done:
+		t.Fatalf("W returned before its retry: %v", w.err)
+	}
+	require.NoError(t, a.Close())
+	assert.Equal(t, 0, mempool.Quarantined(f.pool), "A's block, closed while W is on the ladder, in the quarantine")
+
+	open()
+	wb, err := w.result(t, "W")
+	require.NoError(t, err)
+	require.NoError(t, wb.Close())
+	assert.Equal(t, 1, mempool.Quarantined(f.pool), "W's block, closed once no request is on the ladder, in the quarantine")
+	assert.Empty(t, f.pool.Findings())
+	require.NoError(t, f.pool.FreeHeld())
+	assert.Equal(t, 0, mempool.Quarantined(f.pool))
+}
