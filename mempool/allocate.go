@@ -1,14 +1,20 @@
 package mempool
 
-import "errors"
+import (
+	"errors"
+	"slices"
 
-// This file is a request's way into the pool: Allocate, the queue
-// cache's hit (qcache.go), and, past it, serve (ladder.go): a free block
-// of the policy under the pool's lock, and on a miss the one
-// out-of-memory ladder, for the limit's refusals and the device's alike.
-// The core (core.go) decides each step under the lock; the pool carries
-// it out, with the allocator, the hooks and OpenCL called outside it (but
-// the release of stale sub-buffers: core.releaseStale).
+	"github.com/clpool/clpool/mempool/internal/policy"
+)
+
+// This file is a request's way into the pool: Allocate, the queue cache's
+// hit (qcache.go), and, past it, serve (ladder.go) and the handover of
+// what it found (handOver): a free block of the policy under the pool's
+// lock, and on a miss the one out-of-memory ladder, for the limit's
+// refusals and the device's alike. The core (core.go) decides each step
+// under the lock; the pool carries it out, with the allocator, the hooks
+// and OpenCL called outside it (but the release of stale sub-buffers:
+// core.releaseStale).
 
 // request is one Allocate, as it goes through the ladder.
 type request struct {
@@ -91,4 +97,30 @@ func (p *Pool) allocate(size int64, r *qstate) (*PooledBuffer, error) {
 		p.san.track(pb) // its guard filled, its site noted
 	}
 	return pb, err
+}
+
+// handOver orders block b, taken for req's queue, after the commands of
+// uses; in a pool over pinned memory, the host waits for them (finish),
+// as it reads and writes the block's bytes directly, in no queue's order.
+// If that fails, the block goes back to the pool as it was.
+func (p *Pool) handOver(req *request, b *block, uses []policy.Use) error {
+	r, fs, err := req.q, []fenced(nil), error(nil)
+	if p.hostOwned {
+		fs, err = p.finish(uses)
+		if !slices.ContainsFunc(fs, func(f fenced) bool { return f.from != r }) {
+			r = p.host // its own queue's use alone: a host wait, no handover
+		}
+	} else {
+		fs, err = p.order(uses, req.q.orNil(), false)
+	}
+	p.lock()
+	p.l.handedOver(r, fs)
+	p.mu.Unlock()
+	if err == nil {
+		return nil
+	}
+	*req.pb = PooledBuffer{pool: p, blk: b, size: req.size, q: req.q}
+	b.Uses = append(b.Uses[:0], uses...)
+	_ = p.putBack(req.pb, true)
+	return err
 }

@@ -248,8 +248,8 @@
 //     takes 1,114,111 bytes);
 //  7. memory on its way (segments being allocated or freed, blocks
 //     leaving the quarantine) is waited for, half a second at most in all;
-//     if a block fits, memory arrived or was freed, or the limit has room,
-//     every wholly free segment is freed with the request's new segment
+//     if a block fits, memory arrived or was freed (or a Close ended the
+//     wait before it came), or the limit has room, every wholly free segment is freed with the request's new segment
 //     reserved, and the request tried again (at most 16 times);
 //  8. Allocate returns an *OutOfMemoryError that says where the memory is,
 //     wraps the allocator's error (nil for the limit's, and for a segment
@@ -364,23 +364,23 @@
 // # Sanitizer
 //
 // WithSanitizer (or the environment variable CLPOOL_SANITIZE=1) makes a pool
-// find four memory bugs, each with the line that allocated the block
-// (Finding, Pool.Findings): a write past the bytes requested (OutOfBounds),
-// found in at least SanitizerGuard guard bytes after every block, inside its
-// cl_mem, by a check kernel at Close; a write after Close (WriteAfterClose),
-// found in the poison a closed block is filled with while it waits in a
-// first-in first-out quarantine before reuse; a PooledBuffer the garbage
-// collector reclaimed without Close (Dropped); and a block open at the pool's
-// Close (LeakedAtClose). The checks are ordered after the commands that may
-// still use the block, as a handover is, and read without waiting on the
-// device until Findings or Close. Each finding is printed once to standard
-// error as it is found (WithSanitizerOutput redirects or silences it). A
-// sanitized pool has no queue caches, keeps drop safety on, counts its guard
-// bytes against the limit and its quarantine as held (a block closed while a
-// request is on the out-of-memory ladder passes through it at once), and is
-// much slower (BENCHMARKS.md); with the sanitizer off, nothing of it runs on
-// the hit. Blocks of an allocator without a queue are checked on the
-// sanitizer's own queue: close them once their commands have completed.
+// find four memory bugs, each with the line that allocated the block (Finding,
+// Pool.Findings): a write past the bytes requested (OutOfBounds), found in at
+// least SanitizerGuard guard bytes after every block, inside its cl_mem, by a
+// check kernel at Close; a write after Close (WriteAfterClose), found in the
+// poison a closed block is filled with while it waits in a first-in first-out
+// quarantine before reuse; a PooledBuffer the garbage collector reclaimed
+// without Close (Dropped); and a block open at the pool's Close
+// (LeakedAtClose). The checks are ordered after the commands that may still use
+// the block, as a handover is, and read without waiting on the device until
+// Findings or Close. Each finding is printed once to standard error as it is
+// found (WithSanitizerOutput redirects or silences it). A sanitized pool has no
+// queue caches, keeps drop safety on, counts its guard bytes against the limit
+// and its quarantine as held (a block closed while a request is on the
+// out-of-memory ladder passes through it at once: a write after its Close goes
+// unseen), and is much slower (BENCHMARKS.md); with the sanitizer off, nothing
+// of it runs on the hit. Blocks of an allocator without a queue are checked on
+// the sanitizer's own queue: close them once their commands have completed.
 //
 // # Misuse
 //

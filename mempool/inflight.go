@@ -25,8 +25,9 @@ const inFlightWait = 500 * time.Millisecond
 // p.waiting from before it reads the give-backs and drains (blocks given
 // back before: into the policy, where placement.Fits sees them), it waits
 // (awaitInFlight) until lad.waitUntil at the latest, set at the rung's
-// first round.
-func (p *Pool) waitForMemory(req *request, lad *ladder) {
+// first round. It reports whether a block given back ended the wait with
+// memory still on its way (cut): the next round waits for it again.
+func (p *Pool) waitForMemory(req *request, lad *ladder) (cut bool) {
 	if lad.finals == 0 {
 		lad.waitUntil = time.Now().Add(p.waitInFlight)
 	}
@@ -38,7 +39,9 @@ func (p *Pool) waitForMemory(req *request, lad *ladder) {
 	p.drainFor(req)
 	p.lock()
 	p.awaitInFlight(lad, returned)
+	cut = p.l.returned != returned && p.inFlightLocked()
 	p.mu.Unlock()
+	return cut
 }
 
 // awaitInFlight waits, for the ladder's last rung of lad, while memory

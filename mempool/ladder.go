@@ -3,7 +3,6 @@ package mempool
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/clpool/clpool/mempool/internal/policy"
@@ -31,7 +30,8 @@ import (
 //  4. try a segment of the request's own size (RMM's growth by the
 //     request) instead of the policy's;
 //  5. wait for memory on its way (awaitInFlight), then, if anything
-//     changed since the refusal, free every wholly free segment in the
+//     changed since the refusal or a Close ended the wait with memory
+//     still on its way, free every wholly free segment in the
 //     same hold of the lock as the reservation, so that no concurrent
 //     request takes the room first, and retry (at most finalRounds times);
 //  6. fail with an *OutOfMemoryError that says where the memory is.
@@ -272,13 +272,14 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 			if lad.finals == finalRounds {
 				return false
 			}
-			p.waitForMemory(req, lad)
+			cut := p.waitForMemory(req, lad)
 			p.drainFor(req) // after the wait: blocks given back meanwhile count
 			p.lock()
 			c := p.pol.Counts()
 			changed := c.FreeBlocks > c.SplitBlocks[0]+c.SplitBlocks[1] || // a wholly free segment
 				p.l.freeBatches > lad.freesSeen || // memory went back to the device since the decision
 				p.l.settled > lad.settledSeen || // a segment came, or blocks left the quarantine
+				cut || // a Close ended the wait, memory still on its way: the next round waits for it
 				p.pol.Fits(req.need()) || // a block that fits went back to the policy
 				lad.cause == nil && p.roomFor(lad.try().Size, lad.limitSeen) || // the limit has room now, or changed
 				p.life == lifeClosed // the retry fails with ErrPoolClosed
@@ -324,32 +325,6 @@ const maxRequest = 1 << 60
 // core.newSegment for requests near the device's limit). It reads
 // nothing that changes: no lock needed.
 func (p *Pool) blockSize(size int64) int64 { return p.core.blockSize(size) }
-
-// handOver orders block b, taken for req's queue, after the commands of
-// uses; in a pool over pinned memory, the host waits for them (finish),
-// as it reads and writes the block's bytes directly, in no queue's order.
-// If that fails, the block goes back to the pool as it was.
-func (p *Pool) handOver(req *request, b *block, uses []policy.Use) error {
-	r, fs, err := req.q, []fenced(nil), error(nil)
-	if p.hostOwned {
-		fs, err = p.finish(uses)
-		if !slices.ContainsFunc(fs, func(f fenced) bool { return f.from != r }) {
-			r = p.host // its own queue's use alone: a host wait, no handover
-		}
-	} else {
-		fs, err = p.order(uses, req.q.orNil(), false)
-	}
-	p.lock()
-	p.l.handedOver(r, fs)
-	p.mu.Unlock()
-	if err == nil {
-		return nil
-	}
-	*req.pb = PooledBuffer{pool: p, blk: b, size: req.size, q: req.q}
-	b.Uses = append(b.Uses[:0], uses...)
-	_ = p.putBack(req.pb, true)
-	return err
-}
 
 // wrap fills in req.pb to hand out block b. If a malloc_after hook
 // panics, the request fails with the panic and the block goes back to the

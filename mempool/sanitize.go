@@ -40,7 +40,9 @@ import (
 //     SanitizerQuarantineBytes bytes), when the pool drains what it sets
 //     aside (FreeHeld, the out-of-memory ladder, Close), or at once if it
 //     is closed while a request is on the out-of-memory ladder (the
-//     quarantine yields to memory pressure): a check kernel
+//     quarantine yields to memory pressure, so that a sanitized program
+//     allocates as it would without the sanitizer; a write after such a
+//     Close goes unseen, and may land in the next user): a check kernel
 //     looks for a poison byte that changed (WriteAfterClose) on the same
 //     queue, and the block goes to the policy recording that queue, so
 //     that the next user waits for the check. Findings checks the poison
@@ -120,7 +122,9 @@ const (
 // SanitizerGuard bytes more, filled at Allocate; a Close enqueues a check
 // kernel and a fill of the block; closed blocks wait in a quarantine
 // (SanitizerQuarantineBlocks, SanitizerQuarantineBytes) before they are
-// reused; queue caches and the arena's quick lists are off; drop safety is
+// reused, but for memory pressure: the out-of-memory ladder takes them
+// back, and a block closed while a request is on the ladder passes
+// through at once (a write after its Close goes unseen); queue caches and the arena's quick lists are off; drop safety is
 // on whatever WithDropSafety says; every Allocate takes its caller's stack.
 // It serves pools of buffers and of SVM alike, and arrays over either
 // work unchanged; not pools over pinned host memory (New fails: its
