@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/clpool/clpool/allocator"
-	"github.com/clpool/clpool/internal/cltest"
 	"github.com/clpool/clpool/mempool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -27,38 +26,17 @@ import (
 // bins: an arena would serve W from A's or C's segment (the quarantine is
 // the same for both).
 func TestS42aQuarantineLetsBlocksThroughWhileRequestOnLadder(t *testing.T) {
-	g := newGated()
-	opts := []mempool.Option{mempool.WithSanitizer(), mempool.WithSanitizerOutput(nil)}
-	f := newFixture(t, func(a allocator.Allocator) allocator.Allocator { g.Allocator = a; return g }, opts...)
-	size := int64(cltest.Size(f.q, 100<<10, 1000<<10))
-	a, err := f.pool.Allocate(size)
-	require.NoError(t, err)
-	c, err := f.pool.Allocate(4 * size) // a segment the ladder frees before it retries
-	require.NoError(t, err)
-	require.NoError(t, c.Close())
-
-	var once sync.Once
-	hold := g.hold()
-	open := func() { once.Do(hold) }
-	t.Cleanup(open)
-	g.refuse.Store(1) // the device refuses W's first segment
-	w := allocateAside(f.pool.Allocate, size)
-	select {
-	case <-g.entered: // W's retry, on the ladder
-	case <-w.done:
-		t.Fatalf("W returned before its retry: %v", w.err)
-	}
-	require.NoError(t, a.Close())
-	assert.Equal(t, 0, mempool.Quarantined(f.pool), "A's block, closed while W is on the ladder, in the quarantine")
-
-	open()
-	wb, err := w.result(t, "W")
+	s := newS42bOnLadder(t) // A open, W on the ladder, held in the allocator
+	require.NoError(t, s.a.Close())
+	assert.Equal(t, 0, mempool.Quarantined(s.f.pool), "A's block, closed while W is on the ladder, in the quarantine")
+	s.open()
+	wb, err := s.w.result(t, "W")
 	require.NoError(t, err)
 	require.NoError(t, wb.Close())
-	assert.Equal(t, 1, mempool.Quarantined(f.pool), "W's block, closed once no request is on the ladder, in the quarantine")
-	assert.Empty(t, f.pool.Findings())
-	require.NoError(t, f.pool.FreeHeld())
-	assert.Equal(t, 0, mempool.Quarantined(f.pool))
+	assert.Equal(t, 1, mempool.Quarantined(s.f.pool), "W's block, closed once no request is on the ladder, in the quarantine")
+	assert.Empty(t, s.f.pool.Findings())
+	require.NoError(t, s.f.pool.FreeHeld())
+	assert.Equal(t, 0, mempool.Quarantined(s.f.pool))
 }
 
 // A request on the ladder's last rung whose wait a Close ends (the block
