@@ -246,11 +246,11 @@
 //     request takes one block's bytes, not a segment's (with exact bins,
 //     its bin's block size, as PyOpenCL allocates: a request of 1 MiB
 //     takes 1,114,111 bytes);
-//  7. memory on its way (segments being allocated or freed, blocks
-//     leaving the quarantine) is waited for, half a second at most in all;
-//     if a block fits, memory arrived or was freed (or a Close ended the
-//     wait before it came), or the limit has room, every wholly free segment is freed with the request's new segment
-//     reserved, and the request tried again (at most 16 times);
+//  7. memory on its way (segments allocated or freed, blocks leaving the
+//     quarantine) is waited for, half a second at most in all, again if a
+//     Close ends the wait first; if a block fits, memory came or was freed,
+//     or the limit has room, every wholly free segment is freed with the
+//     request's segment reserved, and the request tried again (16 at most);
 //  8. Allocate returns an *OutOfMemoryError that says where the memory is,
 //     wraps the allocator's error (nil for the limit's, and for a segment
 //     that would take the managed bytes past math.MaxInt64, which the

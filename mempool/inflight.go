@@ -26,9 +26,9 @@ const inFlightWait = 500 * time.Millisecond
 // back before: into the policy, where placement.Fits sees them), it waits
 // (awaitInFlight) until lad.waitUntil at the latest, set at the rung's
 // first round. It reports whether a block given back ended the wait with
-// memory still on its way (cut): the next round waits for it again.
+// memory still on its way and time left to wait for it (cut).
 func (p *Pool) waitForMemory(req *request, lad *ladder) (cut bool) {
-	if lad.finals == 0 {
+	if lad.waitUntil.IsZero() {
 		lad.waitUntil = time.Now().Add(p.waitInFlight)
 	}
 	p.waiting.Add(1) // a block given back from now on ends the wait
@@ -39,7 +39,7 @@ func (p *Pool) waitForMemory(req *request, lad *ladder) (cut bool) {
 	p.drainFor(req)
 	p.lock()
 	p.awaitInFlight(lad, returned)
-	cut = p.l.returned != returned && p.inFlightLocked()
+	cut = p.l.returned != returned && p.inFlightLocked() && time.Now().Before(lad.waitUntil)
 	p.mu.Unlock()
 	return cut
 }

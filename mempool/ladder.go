@@ -29,9 +29,9 @@ import (
 //     blocks back retries and frees nothing);
 //  4. try a segment of the request's own size (RMM's growth by the
 //     request) instead of the policy's;
-//  5. wait for memory on its way (awaitInFlight), then, if anything
-//     changed since the refusal or a Close ended the wait with memory
-//     still on its way, free every wholly free segment in the
+//  5. wait for memory on its way (awaitInFlight; again if a Close ended
+//     the wait before it came), then, if anything changed since the
+//     refusal, free every wholly free segment in the
 //     same hold of the lock as the reservation, so that no concurrent
 //     request takes the room first, and retry (at most finalRounds times);
 //  6. fail with an *OutOfMemoryError that says where the memory is.
@@ -272,26 +272,40 @@ func (p *Pool) nextRung(req *request, lad *ladder) bool {
 			if lad.finals == finalRounds {
 				return false
 			}
-			cut := p.waitForMemory(req, lad)
-			p.drainFor(req) // after the wait: blocks given back meanwhile count
-			p.lock()
-			c := p.pol.Counts()
-			changed := c.FreeBlocks > c.SplitBlocks[0]+c.SplitBlocks[1] || // a wholly free segment
-				p.l.freeBatches > lad.freesSeen || // memory went back to the device since the decision
-				p.l.settled > lad.settledSeen || // a segment came, or blocks left the quarantine
-				cut || // a Close ended the wait, memory still on its way: the next round waits for it
-				p.pol.Fits(req.need()) || // a block that fits went back to the policy
-				lad.cause == nil && p.roomFor(lad.try().Size, lad.limitSeen) || // the limit has room now, or changed
-				p.life == lifeClosed // the retry fails with ErrPoolClosed
-			p.mu.Unlock()
-			if !changed {
-				return false // nothing has changed since the refusal
+			// A Close that ends the wait before the memory on its way
+			// came changes nothing yet: wait again (the waits end by
+			// lad.waitUntil, after which no wait is cut).
+			for {
+				cut := p.waitForMemory(req, lad)
+				p.drainFor(req) // after the wait: blocks given back meanwhile count
+				p.lock()
+				changed := p.changedLocked(req, lad)
+				p.mu.Unlock()
+				if changed {
+					break
+				}
+				if !cut {
+					return false // nothing has changed since the refusal
+				}
 			}
 			lad.finals++
 			lad.final = true
 			return p.retried()
 		}
 	}
+}
+
+// changedLocked reports whether anything changed for req's refused
+// request since lad's last decision: the last rung's test for another
+// round. p.mu must be held.
+func (p *Pool) changedLocked(req *request, lad *ladder) bool {
+	c := p.pol.Counts()
+	return c.FreeBlocks > c.SplitBlocks[0]+c.SplitBlocks[1] || // a wholly free segment
+		p.l.freeBatches > lad.freesSeen || // memory went back to the device since the decision
+		p.l.settled > lad.settledSeen || // a segment came, or blocks left the quarantine
+		p.pol.Fits(req.need()) || // a block that fits went back to the policy
+		lad.cause == nil && p.roomFor(lad.try().Size, lad.limitSeen) || // the limit has room now, or changed
+		p.life == lifeClosed // the retry fails with ErrPoolClosed
 }
 
 // leave ends a request's climb of the ladder lad.
