@@ -38,9 +38,9 @@ import (
 //
 // Each retry looks for a free block first, of any segment once the ladder
 // began. Termination: a rung is left for the next one and never
-// revisited, except rung 3, which runs at most
-// as many times as the pool had segments when it began, and rung 5, at
-// most finalRounds times.
+// revisited, except rung 3, which runs at most as many times as the pool
+// had segments when it began, and rung 5, at most finalRounds times, its
+// waits again after a Close ending by waitUntil (no wait is cut later).
 type ladder struct {
 	seg, own    *segment  // the policy's segment for the request, and the smallest that serves it
 	rung        int       // the rung to take at the next refusal
