@@ -5,11 +5,9 @@ package mempool_test
 // requests' Closes refilled it while the ladder's rounds went by).
 
 import (
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/clpool/clpool/allocator"
 	"github.com/clpool/clpool/mempool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -46,33 +44,19 @@ func TestS42aQuarantineLetsBlocksThroughWhileRequestOnLadder(t *testing.T) {
 // s40c's sanitized arena, "unchanged at round 0" with six blocks leaving
 // the quarantine, the other goroutines' Closes having ended its wait.
 func TestS42aLastRungWaitsAgainWhileMemoryIsOnItsWay(t *testing.T) {
-	g := newGated()
-	f := newFixture(t, func(a allocator.Allocator) allocator.Allocator { g.Allocator = a; return g },
-		mempool.WithArena(), mempool.WithLimit(1<<20))
-	mempool.SetInFlightWait(f.pool, hangLimit/2) // W's waits end by memory, not the time
-	a, err := f.pool.Allocate(64 << 10)
-	require.NoError(t, err)
-	x, err := f.pool.Allocate(64 << 10) // with A, in the first segment
-	require.NoError(t, err)
-	require.Equal(t, a.Base(), x.Base(), "A and X share a segment")
-	var once sync.Once
-	hold := g.hold()
-	open := func() { once.Do(hold) }
-	t.Cleanup(open)
-	const big = 460 << 10 // more than the first segment's room, even with X's piece back
-	r := heldInAllocator(t, f.pool, g, big)
-	w := downToLastRung(f.pool, big) // the limit has no room for it while R is on its way
+	s := newS42cScene(t, hangLimit/2) // W's waits end by memory, not the time
+	w := downToLastRung(s.f, s.big)   // the limit has no room for it while R is on its way
 	require.False(t, w.returned(0), "W returned before X's Close: %v", w.err)
 
-	require.NoError(t, x.Close()) // ends W's wait; X's piece fits nothing
+	require.NoError(t, s.x.Close()) // ends W's wait; X's piece fits nothing
 	assert.False(t, w.returned(200*time.Millisecond), "W gave up while R's segment was on its way: %v", w.err)
 
-	open()
-	rb, err := r.result(t, "R")
+	s.open()
+	rb, err := s.r.result(t, "R")
 	require.NoError(t, err)
 	require.NoError(t, rb.Close())
 	if wb, err := w.result(t, "W"); err == nil {
 		require.NoError(t, wb.Close())
 	}
-	require.NoError(t, a.Close())
+	require.NoError(t, s.a.Close())
 }
