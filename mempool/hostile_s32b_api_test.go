@@ -100,12 +100,10 @@ func TestHostileS32bCloseWithBuffersOpen(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, b.Close())
 		}
-		// one to drop
-		func() {
-			b, err := on.Allocate(512)
-			require.NoError(t, err)
-			_ = b
-		}()
+		// one to drop: alive until the pool's Close is checked (a
+		// collection before it would reclaim it: 5 active, not 6)
+		dropped, err := on.Allocate(512)
+		require.NoError(t, err)
 		s32bCheckSnapshot(t, f.pool)
 		require.NoError(t, f.pool.Close())
 		require.NoError(t, f.pool.Close(), "a second Close returns nil")
@@ -116,7 +114,9 @@ func TestHostileS32bCloseWithBuffersOpen(t *testing.T) {
 		assert.Equal(t, st.InactiveSplit.All.Current, int64(st.HeldBlocks), "Close frees every held block it can")
 		s32bCheckSnapshot(t, f.pool)
 
-		_, err := f.pool.Allocate(64)
+		runtime.KeepAlive(dropped) // dropped from here on
+
+		_, err = f.pool.Allocate(64)
 		assert.ErrorIs(t, err, mempool.ErrPoolClosed)
 		_, err = on.Allocate(64)
 		assert.ErrorIs(t, err, mempool.ErrPoolClosed)
