@@ -110,6 +110,17 @@ func newS42cSceneOver(t *testing.T, wait time.Duration, wrap func(allocator.Allo
 	return s
 }
 
+// sendW closes X (its piece back in the first segment, where it fits
+// nothing), starts W, and returns once W is down to its last rung,
+// waiting for R's segment.
+func (s *s42cScene) sendW(t *testing.T) *aside {
+	t.Helper()
+	require.NoError(t, s.x.Close())
+	w := downToLastRung(s.f, s.big)
+	require.False(t, w.returned(0), "W returned before the Closes: %v", w.err)
+	return w
+}
+
 // The scene of TestS42aLastRungWaitsAgainWhileMemoryIsOnItsWay, where one
 // Close (X's) cut W's wait and W waited again for R's segment, with a
 // steady stream of such Closes instead of one: another goroutine
@@ -127,10 +138,8 @@ func newS42cSceneOver(t *testing.T, wait time.Duration, wrap func(allocator.Allo
 // for one Close, back for many.
 func TestS42cStreamOfClosesBurnsTheRoundsWhileMemoryIsOnItsWay(t *testing.T) {
 	s := newS42cScene(t, 2*time.Second)
-	require.NoError(t, s.x.Close())
 	retries0 := s.f.Stats().OOMRetries
-	w := downToLastRung(s.f, s.big)
-	require.False(t, w.returned(0), "W returned before the Closes: %v", w.err)
+	w := s.sendW(t)
 	start := time.Now()
 	c := startCloser(s.f, s.pieces, 2*time.Millisecond)
 	// 250 ms of Closes with R's segment on its way: W must still wait.
@@ -160,10 +169,8 @@ func TestS42cStreamOfClosesBurnsTheRoundsWhileMemoryIsOnItsWay(t *testing.T) {
 // last rung at most 16 rounds (OOMRetries), and the stream never refused.
 func TestS42cStreamOfClosesWithMemoryOnItsWayForeverEnds(t *testing.T) {
 	s := newS42cScene(t, 0)
-	require.NoError(t, s.x.Close())
 	retries0 := s.f.Stats().OOMRetries
-	w := downToLastRung(s.f, s.big)
-	require.False(t, w.returned(0), "W returned before the Closes: %v", w.err)
+	w := s.sendW(t)
 	start := time.Now()
 	c := startCloser(s.f, s.pieces, 0)
 	_, wErr := w.result(t, "W")
@@ -191,11 +198,9 @@ func TestS42cStreamOfClosesWithMemoryOnItsWayForeverEnds(t *testing.T) {
 func TestS42cDeviceAsksBoundedUnderAStreamOfCloses(t *testing.T) {
 	calls := &s40cCalls{}
 	s := newS42cSceneOver(t, 0, func(a allocator.Allocator) allocator.Allocator { calls.Allocator = a; return calls })
-	require.NoError(t, s.x.Close())
 	s.g.refuse.Store(1 << 20) // the device is full from now on
 	retries0 := s.f.Stats().OOMRetries
-	w := downToLastRung(s.f, s.big)
-	require.False(t, w.returned(0), "W returned before the Closes: %v", w.err)
+	w := s.sendW(t)
 	calls0, retries1 := calls.n.Load(), s.f.Stats().OOMRetries
 	c := startCloser(s.f, s.pieces, 0)
 	_, wErr := w.result(t, "W")
@@ -231,10 +236,8 @@ func TestS42cDeviceAsksBoundedUnderAStreamOfCloses(t *testing.T) {
 func TestS42cCutRoundsAskTheDeviceWithNothingChanged(t *testing.T) {
 	calls := &s40cCalls{}
 	s := newS42cSceneOver(t, 0, func(a allocator.Allocator) allocator.Allocator { calls.Allocator = a; return calls })
-	require.NoError(t, s.x.Close())
 	s.g.refuse.Store(1 << 20)
-	w := downToLastRung(s.f, s.big)
-	require.False(t, w.returned(0), "W returned before the Closes: %v", w.err)
+	w := s.sendW(t)
 	calls0, retries0 := calls.n.Load(), s.f.Stats().OOMRetries
 	start := time.Now()
 	c := startCloser(s.f, s.pieces, 0)
@@ -259,9 +262,7 @@ func TestS42cCutRoundsAskTheDeviceWithNothingChanged(t *testing.T) {
 // out-of-memory), soon, not after more rounds; nothing hangs.
 func TestS42cPoolCloseDuringCutRounds(t *testing.T) {
 	s := newS42cScene(t, 5*time.Second) // the time bound never ends W's rounds here
-	require.NoError(t, s.x.Close())
-	w := downToLastRung(s.f, s.big)
-	require.False(t, w.returned(0), "W returned before the Closes: %v", w.err)
+	w := s.sendW(t)
 	c := startCloser(s.f, s.pieces, 20*time.Millisecond) // slow: W's 16 rounds last past the pool's Close
 	time.Sleep(60 * time.Millisecond)
 	if w.returned(0) {
@@ -296,10 +297,8 @@ func TestS42cPoolCloseDuringCutRounds(t *testing.T) {
 // within the bounds, and the pool's counts stay right.
 func TestS42cFreeHeldDuringRounds(t *testing.T) {
 	s := newS42cScene(t, 0)
-	require.NoError(t, s.x.Close())
 	retries0 := s.f.Stats().OOMRetries
-	w := downToLastRung(s.f, s.big)
-	require.False(t, w.returned(0), "W returned early: %v", w.err)
+	w := s.sendW(t)
 	stop := make(chan struct{})
 	var fhErrs atomic.Int64
 	done := make(chan struct{})
