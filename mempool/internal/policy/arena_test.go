@@ -609,3 +609,45 @@ func TestLargestFreeCountsWaitingBlocksMerged(t *testing.T) {
 	assert.Equal(t, int64(8*mib), a.LargestFree(), "merged, the whole segment")
 	require.NoError(t, a.Check())
 }
+
+// A state of several arrays remade a little larger each step: once the
+// segments of the step before are given up (BeforeGrow), every array's
+// new segment gets the headroom, not only the first one's, and an array
+// whose old segment was a little larger than it (its own headroom, given
+// up with the rest) gets it too. Each given-up segment counts once.
+func TestArenasEveryRemadeArrayGetsHeadroom(t *testing.T) {
+	const mib = 1 << 20
+	p := policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)
+	var old []*policy.Block[int]
+	for _, size := range []int64{24 * mib, 24 * mib, 24 * mib, 8 * mib} {
+		require.Nil(t, p.Get(size))
+		require.Empty(t, p.BeforeGrow(size))
+		old = append(old, p.Add(p.NewSegment(size), size))
+	}
+	for _, b := range old {
+		require.Nil(t, p.Put(b))
+	}
+	// The next step's arrays, 0.2% larger, fit none of the wholly free
+	// segments; the first request's BeforeGrow gives them all up.
+	grown := func(size int64) int64 { return size + size/500 }
+	first := grown(24 * mib)
+	require.Nil(t, p.Get(first))
+	require.Len(t, p.BeforeGrow(first), 4)
+	var now []*policy.Block[int]
+	for i, size := range []int64{first, grown(24 * mib), grown(24 * mib)} {
+		want := p.Round(size) + p.Round(size)/policy.HeadroomDivisor
+		assert.InDelta(t, want, p.SegmentSize(size), float64(policy.OwnUnit), "array %d", i)
+		require.Nil(t, p.Get(size))
+		now = append(now, p.Add(p.NewSegment(size), size))
+	}
+	// A fourth array of that size finds no given-up segment left: the
+	// three were replaced, one each.
+	assert.Equal(t, (p.Round(first)+policy.OwnUnit-1)/policy.OwnUnit*policy.OwnUnit, p.SegmentSize(first), "no headroom: nothing of its size was given up")
+	// An 8 MiB array a little smaller than its old segment gets it too.
+	small := int64(8*mib - 8*mib/1000)
+	assert.Greater(t, p.SegmentSize(small), p.Round(small)+p.Round(small)/(policy.HeadroomDivisor+1))
+	// A block given back ends the remake: the sizes are forgotten.
+	require.Nil(t, p.Put(now[0]))
+	assert.Less(t, p.SegmentSize(small), p.Round(small)+p.Round(small)/(policy.HeadroomDivisor+1))
+	require.NoError(t, p.Check())
+}
