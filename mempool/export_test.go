@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/clpool/clpool/cl"
 )
 
 // WithoutQueueCaches makes a pool whose queues cache no blocks, so that
@@ -70,4 +72,24 @@ func Quarantined(p *Pool) int {
 	p.lock()
 	defer p.mu.Unlock()
 	return p.l.quar.blocks
+}
+
+// LockCacheLate is lockCaches's blocking phase for q's cache alone, as a
+// lockCaches descheduled between the cache's Lock and its frozen mark
+// does it: it takes the lock, reports on locked, waits pause, marks the
+// cache, takes p.mu and brings the cache's sums in, and lets go of both.
+func LockCacheLate(p *Pool, q *cl.CommandQueue, locked chan<- struct{}, pause time.Duration) error {
+	qs, err := p.queueState(q, false, "")
+	if err != nil {
+		return err
+	}
+	p.inspecting.Add(1)
+	qs.c.mu.Lock()
+	close(locked)
+	time.Sleep(pause)
+	qs.c.frozen.Store(true)
+	p.lock()
+	p.flushTurnsLocked([]*qstate{qs})
+	p.unlockCaches([]*qstate{qs})
+	return nil
 }

@@ -261,7 +261,7 @@ func (b *PooledBuffer) RecordQueue(q *cl.CommandQueue) error {
 	// b.blk.Uses under that lock.
 	b.q.c.mu.Lock()
 	defer b.q.c.mu.Unlock()
-	p.lock()
+	p.lockUnder(b.q)
 	defer p.mu.Unlock()
 	if b.closedMark() < 0 {
 		return ErrClosed

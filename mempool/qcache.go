@@ -92,9 +92,10 @@ type qcache struct {
 
 	// ever is set at the first block put here, and never cleared:
 	// flushCaches tries the locks of those caches only. frozen is set
-	// while lockCaches holds mu without p.mu (see flushIdle).
-	ever, frozen atomic.Bool
-	_            [64]byte
+	// while lockCaches holds mu without p.mu (see flushIdle); waiting,
+	// while a queue's operation holds mu and waits for p.mu (lockUnder).
+	ever, frozen, waiting atomic.Bool
+	_                     [64]byte
 }
 
 // cachedBlock is a block in an arena's queue cache. It is big if it
@@ -391,7 +392,7 @@ func (p *Pool) uncacheLocked(gone []*segment, qs *qstate, b *block) []*segment {
 // evict gives the blocks of r's cache at the indices in at (one at
 // least) back to the pool, in one hold of p.mu. r.c.mu must be held.
 func (p *Pool) evict(r *qstate, at cacheSet) {
-	p.lock()
+	p.lockUnder(r)
 	p.flushCaches(r)
 	gone := p.uncacheIfLocked(r, at)
 	p.mu.Unlock()

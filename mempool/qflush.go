@@ -103,7 +103,7 @@ func (p *Pool) beginTurn(r *qstate) {
 		}
 	}
 	if d.open && d.nt == len(d.turns) {
-		p.lock()
+		p.lockUnder(r)
 		d.joined = !p.flushCaches(r) // d is empty now
 		p.mu.Unlock()
 	}
@@ -238,7 +238,7 @@ func (p *Pool) flushIfDue(r *qstate) {
 
 // flushCache takes p.mu for flushCaches(r). r.c.mu must be held.
 func (p *Pool) flushCache(r *qstate) {
-	p.lock()
+	p.lockUnder(r)
 	p.flushCaches(r)
 	p.mu.Unlock()
 }
@@ -276,16 +276,20 @@ func (p *Pool) flushIdle(r *qstate) (busy bool) {
 		if qs == r || !qs.c.ever.Load() {
 			continue
 		}
+		held := heldByCaller
 		if !qs.c.mu.TryLock() {
-			if !p.frozen(qs) {
-				busy = true // in use: it may have sums
-				continue
-			}
+			held = p.frozen(qs)
+		}
+		switch {
+		case held == heldByOp:
+			busy = true // in use: it may have sums
+			continue
+		case held == heldByInspector:
 			// Held by lockCaches, which waits for p.mu to bring it in:
 			// nothing changes it meanwhile, and it comes in here, in
 			// turn with the others (leaving it would bring their newer
 			// turns in before its older ones: review s41e).
-		} else if qs.c.d.ops() == 0 {
+		case qs.c.d.ops() == 0:
 			qs.c.mu.Unlock()
 			continue
 		}
@@ -348,7 +352,7 @@ func (p *Pool) lockFlushed(r *qstate, locked, giveBack bool) (gone []*segment) {
 		}
 		r.c.mu.Lock()
 	}
-	p.lock()
+	p.lockUnder(r)
 	p.flushCaches(r)
 	if giveBack {
 		gone = p.giveBackStaleLocked(r)

@@ -57,7 +57,7 @@ func (p *Pool) give(pb *PooledBuffer, hooks hookList, record bool) error {
 		// Nothing to call before the core: one hold of p.mu, taken
 		// before r's cache's lock is let go, brings in r's sums and
 		// takes the block back.
-		p.lock()
+		p.lockUnder(r)
 		p.flushCaches(r) // the ledger sees the operations in order
 		r.c.mu.Unlock()
 		return p.takeBackThenUnlock(pb, size, record)

@@ -271,25 +271,63 @@ func (p *Pool) lockFrozen(qs *qstate) {
 	qs.c.frozen.Store(false) // under p.mu: see frozen
 }
 
-// frozenYields bounds frozen's wait for lockCaches's mark.
-const frozenYields = 4
+// lockUnder takes p.mu for a queue's operation that holds r's cache's
+// lock, marking the cache waiting meanwhile: a flush that finds the lock
+// taken (under p.mu, which this one waits for) then knows the holder is a
+// queue's operation, not lockCaches between its Lock and its mark (see
+// frozen). Every queue's operation that takes p.mu under a cache's lock
+// takes it here.
+func (p *Pool) lockUnder(r *qstate) {
+	r.c.waiting.Store(true)
+	p.lock()
+	r.c.waiting.Store(false)
+}
 
-// frozen reports whether qs's cache, whose lock was found taken, is held
-// by lockCaches, waiting for p.mu: marked frozen, it stays so while p.mu
-// is held (the mark is cleared under p.mu only). lockCaches marks a cache
-// just after it takes its lock; while one is under way (p.inspecting),
-// frozen waits a few yields for the mark, which narrows that gap without
-// closing it: a lockCaches descheduled longer between its Lock and its
-// mark leaves the cache counted in use, and one goroutine's turns on two
-// queues can then come in out of order. p.mu must be held.
-func (p *Pool) frozen(qs *qstate) bool {
-	for k := 0; !qs.c.frozen.Load(); k++ {
-		if k == frozenYields || p.inspecting.Load() == 0 {
-			return false
+// Whose a cache's lock is, as frozen finds it.
+const (
+	heldByOp        = iota // a queue's operation: in use
+	heldByInspector        // lockCaches (or lockFrozen), waiting for p.mu: marked frozen
+	heldByCaller           // let go meanwhile: the caller holds it now
+)
+
+// frozenWait bounds frozen's wait for a mark: a backstop only, for a
+// holder of a cache's lock that takes p.mu other than through lockUnder.
+const frozenWait = 100 * time.Millisecond
+
+// frozen says who holds qs's cache's lock, which was found taken: a
+// cache marked frozen is held by lockCaches, waiting for p.mu, and stays
+// so while p.mu is held (the mark is cleared under p.mu only). While no
+// lockCaches is under way (p.inspecting), the holder is a queue's
+// operation. Else frozen waits for the holder to show itself: lockCaches
+// marks a cache just after it takes its lock, a queue's operation marks
+// it waiting before it waits for p.mu (lockUnder), and any other let go
+// of it after a few steps of its own, none of which waits for p.mu (then
+// frozen takes the lock); frozenWait bounds the wait all the same. A
+// holder taken for an operation while it was lockCaches between its Lock
+// and its mark would let one goroutine's turns on two queues come in out
+// of order (review s41g's TestHostileS41gManyStatsReaders). p.mu must be
+// held.
+func (p *Pool) frozen(qs *qstate) int {
+	if p.inspecting.Load() == 0 {
+		return heldByOp
+	}
+	var deadline time.Time
+	for {
+		switch {
+		case qs.c.frozen.Load():
+			return heldByInspector
+		case qs.c.waiting.Load():
+			return heldByOp
+		case qs.c.mu.TryLock():
+			return heldByCaller
+		}
+		if now := time.Now(); deadline.IsZero() {
+			deadline = now.Add(frozenWait)
+		} else if now.After(deadline) {
+			return heldByOp
 		}
 		runtime.Gosched()
 	}
-	return true
 }
 
 func (p *Pool) unlockCaches(qs []*qstate) {
