@@ -206,6 +206,9 @@ func (a *Arena[T]) GetAny(n int64) *Block[T] {
 // cut takes b, free and listed, off its index, makes it active and cuts
 // it down to n bytes, its top n bytes if top (see split).
 func (a *Arena[T]) cut(b *Block[T], n int64, top bool) {
+	if b.Whole() {
+		b.Seg.occupant = n
+	}
 	a.index(b).remove(b)
 	a.take(b)
 	a.split(b, n, top)
@@ -233,7 +236,7 @@ func (a *Arena[T]) GetWhole(n, slack int64) *Block[T] {
 func (a *Arena[T]) Add(seg *Segment[T], n int64) *Block[T] {
 	b := &Block[T]{Seg: seg, Size: seg.Size}
 	seg.first, seg.blocks, seg.arena, seg.idx = b, 1, a, len(a.segs)
-	seg.active, seg.kind = 1, kindOf(seg)
+	seg.active, seg.kind, seg.occupant = 1, kindOf(seg), n
 	a.segs = append(a.segs, seg)
 	a.bytes += seg.Size
 	a.counts.Segments++

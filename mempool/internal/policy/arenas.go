@@ -39,16 +39,17 @@ const (
 	BigDivisor      = 16
 	HeadroomDivisor = 8
 	// A request of any size past the growth step that outgrew a wholly
-	// free segment by less than 1/GrowthWindow of itself, or whose size
-	// is within 1/GrowthWindow of one given up (but its own) since the
-	// last block given back, gets the headroom too: an array remade a
+	// free segment by less than 1/GrowthWindow of itself gets the
+	// headroom too, as does one that grew by less than that from the
+	// last occupant of a segment given up in the last round (see
+	// regrown), though other segments were made since: an array remade a
 	// little larger each step (a state that grows), which random sizes
 	// seldom match so closely. Each segment given up serves one such
-	// request (see forget). A state of five arrays growing 0.2% a step,
-	// each array alternating between two segments, took 916 device
-	// allocations in 3,005; 295 when only the first request after the
-	// segments were given up saw them; 112 now (1/128 took particles
-	// from 1.130x its plan to 1.241x).
+	// request. A state of five arrays growing 0.2% a step, each array
+	// alternating between two segments, took 916 device allocations in
+	// 3,005; 295 when only the first request after the segments were
+	// given up saw them; 110 now (at 1/128, particles held 1.241x its
+	// plan, not 1.130x).
 	GrowthWindow = 192
 	// OversizeSlack is how much larger than an oversize request a free
 	// oversize segment that serves it may be (torch's kLargeBuffer).
@@ -158,7 +159,13 @@ type Arenas[T comparable] struct {
 	highWater  int64 // the most reserved has been
 	activePeak int64 // the most bytes of active blocks yet
 	counts     Counts
-	gone       []int64 // the sizes of the segments TakeKept gave up since the last Put, less those new segments replaced (forget)
+	// What takeAll gave up in its last round (a round begins at its
+	// first give-up after a new segment): the segments' occupants (see
+	// Segment.occupant), less those a new segment replaced (regrown,
+	// forget), and until the next new segment their sizes (outgrew).
+	gone      []int64
+	goneSizes []int64
+	goneUsed  bool // a segment was added since the round began
 
 	// The busy periods, between idle moments (see IdleDivisor).
 	busy        bool  // active bytes passed the idle share since the pool was last idle
@@ -359,8 +366,8 @@ func (p *Arenas[T]) Replacing() bool { return p.pending > 0 }
 // the request's block is larger, is
 // that block rounded to OwnUnit, with 1/HeadroomDivisor more if it is a
 // large request that outgrew a wholly free segment, or any that outgrew
-// one by a little or replaces one of about its size just given up
-// (GrowthWindow). A request over half
+// one by a little, or grew by a little from a given-up segment's last
+// occupant (GrowthWindow). A request over half
 // the preferred size, or oversize, gets a segment of its own, rounded to
 // OwnUnit.
 func (p *Arenas[T]) SegmentSize(size int64) int64 {
@@ -390,7 +397,7 @@ func (p *Arenas[T]) segmentSize(size int64) (int64, bool) {
 	if n <= step {
 		return max(step, p.fillSize(n, held)), false
 	}
-	if n > held/BigDivisor && p.outgrew(n, 4) || p.outgrew(n, GrowthWindow) {
+	if n > held/BigDivisor && p.outgrew(n, 4) || p.outgrew(n, GrowthWindow) || p.regrown(n) >= 0 {
 		own = roundUp(n+n/HeadroomDivisor, p.own)
 	}
 	return max(own, p.fillSize(own, held)), true
@@ -425,38 +432,45 @@ func (p *Arenas[T]) step() int64 {
 }
 
 // outgrew reports whether a request's block of n bytes is larger than a
-// wholly free segment of at least n less n/within, or within n/within of
-// the size of one that TakeKept (or BeforeGrow) gave up since the last
-// block given back, but n itself (that one would have served it, had it
-// stayed: its array is being remade, larger). The pool may call
+// wholly free segment of at least n less n/within, or one that TakeKept
+// (or BeforeGrow) gave up since the last new segment: the pool may call
 // BeforeGrow, drain its queue caches into the policy, and size the
-// segment again: the segments BeforeGrow freed the first time count.
+// segment again, and the segments BeforeGrow freed the first time count.
 func (p *Arenas[T]) outgrew(n, within int64) bool {
 	for _, s := range p.a.empty {
 		if !s.Oversize && s.Size < n && s.Size >= n-n/within {
 			return true
 		}
 	}
-	for _, size := range p.gone {
-		if size != n && size <= n+n/within && size >= n-n/within {
+	for _, size := range p.goneSizes {
+		if size < n && size >= n-n/within {
 			return true
 		}
 	}
 	return false
 }
 
-// forget takes off p.gone the size nearest n, the block a new segment
-// is made for: the segment it replaces. The other sizes stay for the
-// requests that follow before a block is given back (Put clears them).
-func (p *Arenas[T]) forget(n int64) {
+// regrown returns the index in p.gone of the occupant a block of n
+// bytes grew from by less than 1/GrowthWindow of itself (the largest
+// such), or -1: an array remade a little larger after its segment was
+// given up, though other segments were made since (the step's other
+// arrays). An array remade at its size, or smaller, grew from none.
+func (p *Arenas[T]) regrown(n int64) int {
 	best := -1
-	for i, size := range p.gone {
-		if best < 0 || abs(size-n) < abs(p.gone[best]-n) {
+	for i, occ := range p.gone {
+		if occ < n && occ >= n-n/GrowthWindow && (best < 0 || occ > p.gone[best]) {
 			best = i
 		}
 	}
-	if best >= 0 {
-		p.gone = append(p.gone[:best], p.gone[best+1:]...)
+	return best
+}
+
+// forget takes off p.gone the occupant that a new segment for a block
+// of n bytes replaces (see regrown), if any: each given-up segment gives
+// the headroom to one array.
+func (p *Arenas[T]) forget(n int64) {
+	if i := p.regrown(n); i >= 0 {
+		p.gone = append(p.gone[:i], p.gone[i+1:]...)
 	}
 }
 
@@ -516,8 +530,8 @@ func (p *Arenas[T]) TakeKept(n int64) []*Segment[T] {
 
 // takeAll removes every wholly free segment but one tiny one, and
 // returns them for the pool to free; outgrew remembers their sizes until
-// a block is given back, each until a new segment replaces it (forget).
-// The tiny one kept spares a program whose scalars come and
+// the next new segment, regrown their occupants until one replaces each,
+// or the next round of give-ups. The tiny one kept spares a program whose scalars come and
 // go between its arrays a new segment each time (TakeLargest frees it).
 func (p *Arenas[T]) takeAll() []*Segment[T] {
 	p.a.Flush()
@@ -533,7 +547,11 @@ func (p *Arenas[T]) takeAll() []*Segment[T] {
 		p.removed(s) // takes s off p.a.empty
 		out = append(out, s)
 		if !s.Oversize && !s.tiny {
-			p.gone = append(p.gone, s.Size)
+			if p.goneUsed { // the list of an earlier give-up
+				p.gone, p.goneUsed = p.gone[:0], false
+			}
+			p.gone = append(p.gone, s.occupant)
+			p.goneSizes = append(p.goneSizes, s.Size)
 		}
 	}
 	return out
@@ -570,6 +588,7 @@ func (p *Arenas[T]) Add(seg *Segment[T], size int64) *Block[T] {
 		p.tinyBytes += seg.Size
 	}
 	p.forget(p.Round(size))
+	p.goneSizes, p.goneUsed = p.goneSizes[:0], true
 	if n := p.Round(size); p.filling && n <= p.fillBlock {
 		p.fillRun++
 	} else {
@@ -586,7 +605,6 @@ func (p *Arenas[T]) Add(seg *Segment[T], size int64) *Block[T] {
 // pool is to free it now (an exact-size block); else nil.
 func (p *Arenas[T]) Put(b *Block[T]) (release *Segment[T]) {
 	p.filling, p.fillRun = false, 0
-	p.gone = p.gone[:0]
 	if b.Seg.Exact {
 		p.exact--
 		p.counts.Segments--

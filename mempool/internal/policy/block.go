@@ -31,6 +31,10 @@ type Segment[T comparable] struct {
 	// the growth step, its blocks serve no request the step would (see
 	// passOver).
 	huge bool
+	// occupant is the size of the last request cut from the segment
+	// while it was wholly free: the array that had it last (see
+	// Arenas.regrown).
+	occupant int64
 
 	// What the pool notes of a segment, for its statistics: its split
 	// blocks handed out (Out) and held outside the policy (Held), and
