@@ -93,3 +93,6 @@ func LockCacheLate(p *Pool, q *cl.CommandQueue, locked chan<- struct{}, pause ti
 	p.unlockCaches([]*qstate{qs})
 	return nil
 }
+
+// FrozenLate returns how many of frozen's waits frozenWait ended.
+func FrozenLate(p *Pool) int64 { return p.frozenLate.Load() }

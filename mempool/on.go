@@ -185,8 +185,11 @@ const forgetMin = 16
 // are never reused: a block that names it in its uses waits for nothing.
 // A buffer still open on such a queue goes back to the policy, not to
 // the queue's cache, when closed. It costs a look at each queue the pool
-// knows. p.mu must not be held; it takes each queue's cache lock, then
-// p.mu, in the lock order. It returns how many queues it forgot.
+// knows. p.mu must not be held; it takes every queue's cache lock, then
+// p.mu (lockCaches, which brings every cache's sums in, turn by turn: a
+// released cache emptied alone would bring one goroutine's newer turns
+// on another queue in before its older ones, review s43a). It returns
+// how many queues it forgot.
 func (p *Pool) forgetReleased() (forgot int) {
 	p.lock()
 	states := make([]*qstate, 0, len(p.queueOf))
@@ -198,29 +201,32 @@ func (p *Pool) forgetReleased() (forgot int) {
 		}
 	}
 	p.mu.Unlock()
-	p.inspecting.Add(1) // the caches' locks taken below are no queue's operation
-	defer p.inspecting.Add(-1)
-	for _, qs := range states { // a copy: finite
-		qs.c.mu.Lock()
-		p.lockFrozen(qs)
-		if qs.c.gone {
-			p.mu.Unlock()
-			qs.c.mu.Unlock()
-			continue
+	if len(states) == 0 {
+		return 0
+	}
+	locked := p.lockCaches()
+	var gone []*segment
+	forgotten := states[:0]
+	for _, qs := range states {
+		if qs.c.gone || p.queueOf[qs.q] != qs {
+			continue // forgotten meanwhile, by another pass
 		}
-		qs.c.gone = true // before uncacheLocked, which then records no use of qs
-		gone := p.emptyCacheLocked(qs)
+		qs.c.gone = true // before uncacheIfLocked, which then records no use of qs
+		gone = append(gone, p.uncacheIfLocked(qs, 1<<len(qs.c.blocks)-1)...)
 		p.queues[qs.id-1] = nil
 		delete(p.queueOf, qs.q)
-		caches := slices.DeleteFunc(slices.Clone(p.cacheList()), func(c *qstate) bool { return c == qs })
-		p.caches.Store(&caches)
-		p.mu.Unlock()
-		qs.c.mu.Unlock()
-		_ = p.freeSegments(gone) // counted, as a drain's frees are
-		_ = qs.release()         // its marker, seen complete or not: the queue finished
-		forgot++
+		forgotten = append(forgotten, qs)
 	}
-	return forgot
+	if len(forgotten) > 0 {
+		caches := slices.DeleteFunc(slices.Clone(p.cacheList()), func(c *qstate) bool { return c.c.gone && slices.Contains(forgotten, c) })
+		p.caches.Store(&caches)
+	}
+	p.unlockCaches(locked)
+	_ = p.freeSegments(gone) // counted, as a drain's frees are
+	for _, qs := range forgotten {
+		_ = qs.release() // its marker, seen complete or not: the queue finished
+	}
+	return len(forgotten)
 }
 
 // context returns the context of the pool's allocator, if it (or an

@@ -92,8 +92,9 @@ type qcache struct {
 
 	// ever is set at the first block put here, and never cleared:
 	// flushCaches tries the locks of those caches only. frozen is set
-	// while lockCaches holds mu without p.mu (see flushIdle); waiting,
-	// while a queue's operation holds mu and waits for p.mu (lockUnder).
+	// by lockCaches's blocking phase once it holds mu, and cleared under
+	// p.mu when it lets go (releaseCaches); waiting, while a queue's
+	// operation holds mu and waits for p.mu (lockUnder). See frozen.
 	ever, frozen, waiting atomic.Bool
 	_                     [64]byte
 }
@@ -321,14 +322,6 @@ func (p *Pool) drain() (moved bool, err error) {
 	}
 	p.unlockCaches(qs)
 	return moved, errors.Join(err, p.freeSegments(gone))
-}
-
-// emptyCacheLocked brings qs's sums into the ledger and gives every block
-// of its cache back to the policy, as uncacheIfLocked. p.mu must be held,
-// and qs.c.mu.
-func (p *Pool) emptyCacheLocked(qs *qstate) (gone []*segment) {
-	p.flushCaches(qs)
-	return p.uncacheIfLocked(qs, 1<<len(qs.c.blocks)-1)
 }
 
 // giveBackStaleLocked gives the policy the blocks of qs's cache that

@@ -247,14 +247,15 @@ func (p *Pool) flushCache(r *qstate) {
 // whose lock the caller holds, and of every other cache whose lock is
 // free: their operations came before the one p.mu is taken for (a cache
 // whose lock is held is in the middle of one, which runs concurrently
-// with it). It reports whether it brought in every cache but those whose
-// locks Stats or Snapshot hold: false if a queue's operation may be in
-// progress on another goroutine. p.mu must be held. It only tries the
-// other caches' locks, which never waits: the lock order (c.mu, then
-// p.mu) cannot deadlock.
+// with it). It reports whether it brought in every cache: false if a
+// queue's operation may be in progress on another goroutine (a cache
+// held by lockCaches comes in with the others). p.mu must be held. It
+// waits for no lock: it tries the other caches' locks, and while a
+// lockCaches is under way waits for a taken lock's holder to show itself
+// (frozen), which needs nothing the caller holds: the lock order (c.mu,
+// then p.mu) cannot deadlock.
 func (p *Pool) flushCaches(r *qstate) (all bool) {
-	// A cache's lock held by Stats or Snapshot is no queue's operation.
-	all = !p.flushIdle(r) || p.inspecting.Load() > 0
+	all = !p.flushIdle(r)
 	if r != nil && all && r.c.d.joined {
 		r.c.d.leave() // no other queue's operation in progress
 	}

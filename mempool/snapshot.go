@@ -260,17 +260,6 @@ func (p *Pool) cachedLocked(qs []*qstate) map[*block]bool {
 	return cached
 }
 
-// lockFrozen takes p.mu for a holder of qs's cache's lock that is no
-// queue's operation (forgetReleased), counted in p.inspecting: the cache
-// is marked frozen while it waits, so that a queue's flush meanwhile
-// brings it in with the others (review s41g: a cache's lock held so,
-// unmarked, split one goroutine's turns, as lockCaches's did).
-func (p *Pool) lockFrozen(qs *qstate) {
-	qs.c.frozen.Store(true)
-	p.lock()
-	qs.c.frozen.Store(false) // under p.mu: see frozen
-}
-
 // lockUnder takes p.mu for a queue's operation that holds r's cache's
 // lock, marking the cache waiting meanwhile: a flush that finds the lock
 // taken (under p.mu, which this one waits for) then knows the holder is a
@@ -286,13 +275,15 @@ func (p *Pool) lockUnder(r *qstate) {
 // Whose a cache's lock is, as frozen finds it.
 const (
 	heldByOp        = iota // a queue's operation: in use
-	heldByInspector        // lockCaches (or lockFrozen), waiting for p.mu: marked frozen
+	heldByInspector        // lockCaches, waiting for p.mu: marked frozen
 	heldByCaller           // let go meanwhile: the caller holds it now
 )
 
-// frozenWait bounds frozen's wait for a mark: a backstop only, for a
-// holder of a cache's lock that takes p.mu other than through lockUnder.
-const frozenWait = 100 * time.Millisecond
+// frozenWait bounds frozen's wait: a backstop only, for a holder of a
+// cache's lock that would take p.mu other than through lockUnder (none
+// does), or a lockCaches descheduled that long between its Lock and its
+// mark. Each time it ends a wait, Pool.frozenLate counts it.
+const frozenWait = time.Second
 
 // frozen says who holds qs's cache's lock, which was found taken: a
 // cache marked frozen is held by lockCaches, waiting for p.mu, and stays
@@ -306,7 +297,7 @@ const frozenWait = 100 * time.Millisecond
 // holder taken for an operation while it was lockCaches between its Lock
 // and its mark would let one goroutine's turns on two queues come in out
 // of order (review s41g's TestHostileS41gManyStatsReaders). p.mu must be
-// held.
+// held: the wait holds it, and the locks of the caches the flush took.
 func (p *Pool) frozen(qs *qstate) int {
 	if p.inspecting.Load() == 0 {
 		return heldByOp
@@ -324,6 +315,7 @@ func (p *Pool) frozen(qs *qstate) int {
 		if now := time.Now(); deadline.IsZero() {
 			deadline = now.Add(frozenWait)
 		} else if now.After(deadline) {
+			p.frozenLate.Add(1)
 			return heldByOp
 		}
 		runtime.Gosched()
