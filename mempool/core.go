@@ -33,6 +33,8 @@ type core struct {
 	maxAlloc  int64 // the device's largest buffer; 0 if unknown
 	align     int64 // the arena's block unit; 0 with exact bins
 	hostOwned bool  // a pool over pinned host memory: the host takes every block handed out (see handover)
+
+	frozenLate int64 // frozen's waits that frozenWait ended, under p.mu (tests check it stays 0); last, so that it moves no field the hot paths read
 }
 
 // lifecycle is a pool's stage: each Pool method that moves it moves it

@@ -95,4 +95,8 @@ func LockCacheLate(p *Pool, q *cl.CommandQueue, locked chan<- struct{}, pause ti
 }
 
 // FrozenLate returns how many of frozen's waits frozenWait ended.
-func FrozenLate(p *Pool) int64 { return p.frozenLate.Load() }
+func FrozenLate(p *Pool) int64 {
+	p.lock()
+	defer p.mu.Unlock()
+	return p.frozenLate
+}

@@ -46,7 +46,6 @@ type Pool struct {
 	_          [64]byte
 	clock      atomic.Uint64
 	inspecting atomic.Int32 // Stats, Snapshot, drains in progress, which hold caches' locks (qflush.go)
-	frozenLate atomic.Int64 // frozen's waits that frozenWait ended (tests check it stays 0)
 	waiting    atomic.Int32 // requests waiting on the ladder's last rung (awaitInFlight): a Close wakes them
 	pressing   atomic.Int32 // requests on the out-of-memory ladder (refused once): the quarantine lets closed blocks through
 

@@ -282,7 +282,7 @@ const (
 // frozenWait bounds frozen's wait: a backstop only, for a holder of a
 // cache's lock that would take p.mu other than through lockUnder (none
 // does), or a lockCaches descheduled that long between its Lock and its
-// mark. Each time it ends a wait, Pool.frozenLate counts it.
+// mark. Each time it ends a wait, core.frozenLate counts it.
 const frozenWait = time.Second
 
 // frozen says who holds qs's cache's lock, which was found taken: a
@@ -315,7 +315,7 @@ func (p *Pool) frozen(qs *qstate) int {
 		if now := time.Now(); deadline.IsZero() {
 			deadline = now.Add(frozenWait)
 		} else if now.After(deadline) {
-			p.frozenLate.Add(1)
+			p.frozenLate++
 			return heldByOp
 		}
 		runtime.Gosched()
