@@ -17,12 +17,15 @@ import (
 )
 
 // s43aDur is how long each case of the s43a stress tests runs
-// (S43A_SECONDS, default 2).
+// (S43A_SECONDS; 1 s, or 0.5 s with -short).
 func s43aDur() time.Duration {
 	if s, err := strconv.ParseFloat(os.Getenv("S43A_SECONDS"), 64); err == nil && s > 0 {
 		return time.Duration(s * float64(time.Second))
 	}
-	return 2 * time.Second
+	if testing.Short() {
+		return time.Second / 2
+	}
+	return time.Second
 }
 
 // s43aWorker is s41eWorker over any number of queues, the roles turning:
