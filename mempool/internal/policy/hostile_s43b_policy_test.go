@@ -70,8 +70,9 @@ func TestHostileS43bShrunkArrayGetsHeadroom(t *testing.T) {
 // The doc of outgrew: "The pool may call BeforeGrow, drain its queue
 // caches into the policy, and size the segment again: the segments
 // BeforeGrow freed the first time count." Draining a queue cache gives
-// its blocks back with Put, and Put now clears p.gone: the second sizing
-// no longer sees them. Before 068fcf8 (cleared at Add) it did. Fails at
+// its blocks back with Put, and 068fcf8's Put cleared p.gone: the second
+// sizing no longer saw them (before 068fcf8, cleared at Add, it did;
+// since 0c07a0f, a round of give-ups lasts until the next). Fails at
 // 068fcf8: the request that outgrew the given-up segments by 0.2% gets
 // no headroom once a cached block comes back in between.
 func TestHostileS43bDrainBetweenBeforeGrowAndSizingLosesGone(t *testing.T) {
@@ -79,13 +80,7 @@ func TestHostileS43bDrainBetweenBeforeGrowAndSizingLosesGone(t *testing.T) {
 	n := int64(old + old/500)
 	p := policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)
 	small := p.Add(p.NewSegment(100_000), 100_000) // a block the queue cache holds
-	var blocks []*policy.Block[int]
-	for range 4 {
-		blocks = append(blocks, p.Add(p.NewSegment(old), old))
-	}
-	for _, b := range blocks {
-		require.Nil(t, p.Put(b))
-	}
+	s43bFourGivenBack(t, p, old)
 	// The pool's order (mempool core.decide): size, BeforeGrow, drain,
 	// size again.
 	require.Nil(t, p.Get(n))
@@ -107,13 +102,7 @@ func TestHostileS43bForgetTakesAnUnrelatedSize(t *testing.T) {
 	const old = 24 * s43bMiB
 	n := int64(old + old/500)
 	p := policy.NewArenas[int](512, 4, 0, policy.DefaultPreferredSegment)
-	var blocks []*policy.Block[int]
-	for range 4 {
-		blocks = append(blocks, p.Add(p.NewSegment(old), old))
-	}
-	for _, b := range blocks {
-		require.Nil(t, p.Put(b))
-	}
+	s43bFourGivenBack(t, p, old)
 	require.Nil(t, p.Get(n))
 	require.Len(t, p.BeforeGrow(n), 4)
 	headroom := p.SegmentSize(n)
@@ -128,4 +117,16 @@ func TestHostileS43bForgetTakesAnUnrelatedSize(t *testing.T) {
 		p.Add(p.NewSegment(n), n)
 	}
 	require.NoError(t, p.Check())
+}
+
+// s43bFourGivenBack adds four segments of size bytes to p, each for one
+// request of its size, and gives their blocks back: wholly free.
+func s43bFourGivenBack(t *testing.T, p *policy.Arenas[int], size int64) {
+	var blocks []*policy.Block[int]
+	for range 4 {
+		blocks = append(blocks, p.Add(p.NewSegment(size), size))
+	}
+	for _, b := range blocks {
+		require.Nil(t, p.Put(b))
+	}
 }

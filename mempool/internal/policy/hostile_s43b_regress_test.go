@@ -52,8 +52,8 @@ func TestHostileS43bShrinkingStateBesideGrowingScratch(t *testing.T) {
 // before each step's remake, in a small segment that a small array keeps
 // in use: behind the pool's cache, the temporary's block waits in the
 // cache when the state's first array misses, the pool drains its caches
-// (Put) between BeforeGrow and sizing the segment again, and Put clears
-// p.gone: no array of the step gets the headroom. 068fcf8^: 296
+// (Put) between BeforeGrow and sizing the segment again, and 068fcf8's
+// Put cleared p.gone: no array of the step got the headroom. 068fcf8^: 296
 // segments alone and behind the cache; 068fcf8: 113 alone, 1,670 behind
 // the cache (of 3,607 allocations). With the temporary made between the
 // arrays (a Put between them, even alone): 068fcf8^ 296 and 296;
