@@ -263,7 +263,7 @@ func (p *Pool) flushCaches(r *qstate) (all bool) {
 }
 
 // flushIdle is flushCaches's work: it reports whether it found a
-// cache's lock taken.
+// cache's lock held by a queue's operation (frozen's heldByOp).
 func (p *Pool) flushIdle(r *qstate) (busy bool) {
 	if p.cacheState.Load() == cachesGone {
 		return false
