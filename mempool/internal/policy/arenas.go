@@ -531,8 +531,9 @@ func (p *Arenas[T]) TakeKept(n int64) []*Segment[T] {
 // takeAll removes every wholly free segment but one tiny one, and
 // returns them for the pool to free; outgrew remembers their sizes until
 // the next new segment, regrown their occupants until one replaces each,
-// or the next round of give-ups. The tiny one kept spares a program whose scalars come and
-// go between its arrays a new segment each time (TakeLargest frees it).
+// or the next round of give-ups. The tiny one kept spares a program
+// whose scalars come and go between its arrays a new segment each time
+// (TakeLargest frees it).
 func (p *Arenas[T]) takeAll() []*Segment[T] {
 	p.a.Flush()
 	var out []*Segment[T]
