@@ -34,7 +34,7 @@ type core struct {
 	align     int64 // the arena's block unit; 0 with exact bins
 	hostOwned bool  // a pool over pinned host memory: the host takes every block handed out (see handover)
 
-	frozenLate int64 // frozen's waits that frozenWait ended, under p.mu (tests check it stays 0); last, so that it moves no field the hot paths read
+	frozenLate int64 // frozen's waits that frozenWait ended (snapshot.go), under p.mu; last: it moves no field the hot paths read
 }
 
 // lifecycle is a pool's stage: each Pool method that moves it moves it
@@ -215,8 +215,7 @@ func (c *core) newSegment(size int64) *segment {
 }
 
 // ownSegment returns the smallest segment that serves a request of size:
-// its block's own size (RMM's growth by the request), the ladder's last
-// rung.
+// its block's own size (RMM's growth by the request), the ladder's last rung.
 func (c *core) ownSegment(size int64) *segment {
 	seg := c.pol.NewSegment(size)
 	seg.Size = c.pol.BlockSize(size)
@@ -392,8 +391,7 @@ func newQstate(q *cl.CommandQueue, id int32, splits bool) *qstate {
 	return qs
 }
 
-// orNil returns qs, or nil for the pool's host (no queue): order's
-// argument.
+// orNil returns qs, or nil for the pool's host (no queue): order's argument.
 func (qs *qstate) orNil() *qstate {
 	if qs.id == 0 {
 		return nil

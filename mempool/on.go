@@ -211,14 +211,16 @@ func (p *Pool) forgetReleased() (forgot int) {
 		if qs.c.gone || p.queueOf[qs.q] != qs {
 			continue // forgotten meanwhile, by another pass
 		}
-		qs.c.gone = true // before uncacheIfLocked, which then records no use of qs
-		gone = append(gone, p.uncacheIfLocked(qs, 1<<len(qs.c.blocks)-1)...)
+		qs.c.gone = true // before emptyCacheLocked, which then records no use of qs
+		gone = append(gone, p.emptyCacheLocked(qs)...)
 		p.queues[qs.id-1] = nil
 		delete(p.queueOf, qs.q)
 		forgotten = append(forgotten, qs)
 	}
 	if len(forgotten) > 0 {
-		caches := slices.DeleteFunc(slices.Clone(p.cacheList()), func(c *qstate) bool { return c.c.gone && slices.Contains(forgotten, c) })
+		// The caches marked gone are these: an earlier pass took its own
+		// off the list in its hold of p.mu.
+		caches := slices.DeleteFunc(slices.Clone(p.cacheList()), func(c *qstate) bool { return c.c.gone })
 		p.caches.Store(&caches)
 	}
 	p.unlockCaches(locked)

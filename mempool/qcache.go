@@ -318,10 +318,17 @@ func (p *Pool) drain() (moved bool, err error) {
 	var gone []*segment
 	for _, q := range qs {
 		moved = moved || len(q.c.blocks) > 0
-		gone = append(gone, p.uncacheIfLocked(q, 1<<len(q.c.blocks)-1)...)
+		gone = append(gone, p.emptyCacheLocked(q)...)
 	}
 	p.unlockCaches(qs)
 	return moved, errors.Join(err, p.freeSegments(gone))
+}
+
+// emptyCacheLocked gives every block of qs's cache back to the policy,
+// as uncacheIfLocked. p.mu must be held, and qs.c.mu, with qs's sums
+// flushed (lockCaches).
+func (p *Pool) emptyCacheLocked(qs *qstate) (gone []*segment) {
+	return p.uncacheIfLocked(qs, 1<<len(qs.c.blocks)-1)
 }
 
 // giveBackStaleLocked gives the policy the blocks of qs's cache that
