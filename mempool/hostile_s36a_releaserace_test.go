@@ -53,6 +53,10 @@ func TestHostileS36aAllocateFailsWhileAnotherTaskReleasesItsQueue(t *testing.T) 
 							}
 							if ev, err := q.EnqueueFillBuffer(b.Buffer(), []byte{byte(i)}, 0, b.Size()); err == nil {
 								_ = ev.Release()
+							} else {
+								mu.Lock()
+								errs = append(errs, fmt.Errorf("fill: %w", err))
+								mu.Unlock()
 							}
 							bs = append(bs, b)
 						}
