@@ -62,7 +62,7 @@ func (p *Pool) Allocate(size int64) (*PooledBuffer, error) { return p.allocate(s
 // allocate serves a request of size bytes on queue r (p.host: none).
 func (p *Pool) allocate(size int64, r *qstate) (*PooledBuffer, error) {
 	if uint64(size) > uint64(p.sizeCap) { // a negative size wraps past any cap
-		return nil, p.refuseSize(size)
+		return nil, p.refuseSize(size, r)
 	}
 	hooks := p.hooks.Load()
 	pb := p.newPooledBuffer()

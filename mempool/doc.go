@@ -257,19 +257,19 @@
 //     pool cannot count) and matches ErrOutOfMemory (the same value as
 //     allocator.ErrOutOfMemory).
 //
-// From the first refusal on, every retry takes any free block that fits:
-// an arena's placement rules (an own segment's blocks kept for large
-// requests, tiny requests kept to tiny segments and the holes of segments
-// in use) give way before the request fails. An oversize request
-// (WithMaxSplitSize) still takes only a wholly free oversize segment: no
-// block of it is ever split.
+// From the first refusal on, every retry takes any free block that fits: an
+// arena's placement rules (an own segment's blocks kept for large requests,
+// tiny requests kept to tiny segments and the holes of segments in use) give
+// way before the request fails. An oversize request (WithMaxSplitSize) still
+// takes only a wholly free oversize segment: no block of it is ever split.
 //
-// Other allocator errors return at once, the request counted as a miss. A request larger than the
-// device's largest buffer (MaxMemAllocSize) fails at once, freeing
-// nothing, with an *OutOfMemoryError that names that size and also
-// matches cl.ErrInvalidBufferSize: code written for torch or CuPy expects
-// their out-of-memory error there. It counts in OOMs and reaches the
-// hooks as a malloc that failed, as every refused request does.
+// Other allocator errors return at once, the request counted as a miss.
+// A request larger than the device's largest buffer (MaxMemAllocSize)
+// fails at once, freeing nothing, with an *OutOfMemoryError that names
+// that size and matches cl.ErrInvalidBufferSize, as torch's and CuPy's
+// users expect. As every refused request, it counts as a miss of its
+// queue and in OOMs, its error says what is active and held, and it
+// reaches the hooks as a failed malloc on its queue.
 //
 // # Limits
 //

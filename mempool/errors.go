@@ -137,32 +137,30 @@ func (e *OutOfMemoryError) Is(target error) bool { return target == ErrOutOfMemo
 // Unwrap returns the allocator's error.
 func (e *OutOfMemoryError) Unwrap() error { return e.Err }
 
-// refuseSize is the error for a size past p.sizeCap: a negative one, and
-// one larger than the device's largest buffer (or, where the pool does
-// not know its device, one whose block size would overflow), which no
-// amount of freeing could serve. The latter is an *OutOfMemoryError, as
-// torch and CuPy raise theirs there: counted in OOMs, and told to the
-// hooks as a malloc that failed.
-func (p *Pool) refuseSize(size int64) error {
+// refuseSize is the error for a request of size bytes on queue r past
+// p.sizeCap: a negative one, and one larger than the device's largest
+// buffer (or, where the pool does not know its device, one whose block
+// size would overflow), which no amount of freeing could serve. The
+// latter is an *OutOfMemoryError, as torch and CuPy raise theirs there:
+// counted as a request of r's that missed and in OOMs, told to the hooks
+// as a malloc on r that failed, and saying what is active and held, as
+// every refused request does.
+func (p *Pool) refuseSize(size int64, r *qstate) error {
 	if size < 0 {
 		return fmt.Errorf("mempool: Allocate(%d): negative size: %w", size, cl.ErrInvalidBufferSize)
 	}
-	e := &OutOfMemoryError{Requested: size, AllocSize: size, DeviceMaxAlloc: p.maxAlloc, Err: cl.ErrInvalidBufferSize}
-	if p.device != nil {
-		e.DeviceTotal = p.device.GlobalMemSize
-	}
-	var err error = e
+	req := &request{size: size, q: r, hooks: p.hooks.Load()}
 	p.lock()
-	if p.life == lifeClosed {
-		err = ErrPoolClosed // a closed pool refuses every request alike
-	} else {
-		e.Limit = p.limit
-		p.l.oomRefused()
-	}
+	closed := p.life == lifeClosed
 	p.mu.Unlock()
-	req := &request{size: size, hooks: p.hooks.Load()}
+	var err error = ErrPoolClosed // a closed pool refuses every request alike
+	if !closed {
+		e := p.outOfMemory(req, size, cl.ErrInvalidBufferSize)
+		e.DeviceMaxAlloc = p.maxAlloc
+		err = e
+	}
 	if req.hooks != nil {
-		if herr := p.emit(req.hooks, Event{Kind: MallocBefore, Size: size, AllocSize: size}); herr != nil {
+		if herr := p.emit(req.hooks, Event{Kind: MallocBefore, Size: size, AllocSize: size, Queue: queueOf(r)}); herr != nil {
 			return errors.Join(err, herr)
 		}
 	}
@@ -181,7 +179,7 @@ func isOutOfMemory(err error) bool {
 // outOfMemory counts and returns the error of a request the ladder could
 // not serve: it tried a segment of n bytes last, and the device refused
 // it with cause (nil: the limit refused it).
-func (p *Pool) outOfMemory(req *request, n int64, cause error) error {
+func (p *Pool) outOfMemory(req *request, n int64, cause error) *OutOfMemoryError {
 	p.drainCaches() // the figures count what the queue caches did and held too (a drain flushes their sums)
 	p.lock()
 	defer p.mu.Unlock()

@@ -2,6 +2,7 @@ package mempool
 
 import (
 	"errors"
+	"reflect"
 
 	"github.com/clpool/clpool/cl"
 )
@@ -94,8 +95,13 @@ func (f HookFunc) Handle(e Event) { f(e) }
 
 // AddHook registers h and returns the function that removes it. Hooks are
 // called in the order they were added. With no hook registered, the pool's
-// hot path pays one atomic load per event site and nothing else.
+// hot path pays one atomic load per event site and nothing else. A nil h
+// (or a nil HookFunc) panics here, as http.Handle's nil handler does:
+// registered, it would fail every later request.
 func (p *Pool) AddHook(h Hook) (remove func()) {
+	if isNil(h) {
+		panic("mempool: AddHook of a nil hook")
+	}
 	p.hooksMu.Lock()
 	defer p.hooksMu.Unlock()
 	entry := &hookEntry{h} // its address is the registration's identity
@@ -178,6 +184,15 @@ func (p *Pool) segmentFreed(hooks hookList, s *segment, err error) error {
 		return nil
 	}
 	return p.emit(hooks, Event{Kind: SegmentFree, Size: s.Size, AllocSize: s.Size, Buffer: s.Data.buf, SVM: s.Data.svm, Err: err})
+}
+
+// isNil reports whether h is nil or holds a nil func (a nil HookFunc).
+func isNil(h Hook) bool {
+	if h == nil {
+		return true
+	}
+	v := reflect.ValueOf(h)
+	return v.Kind() == reflect.Func && v.IsNil()
 }
 
 // queueOf returns qs's queue: nil for the pool's host (no queue), and for

@@ -215,9 +215,10 @@ type Stats struct {
 
 	// Queues has the figures of each queue the pool knows: those it has
 	// allocated for (Pool.On, and the allocator's own queue) and those a
-	// RecordQueue named (a line of zero counts until it allocates), in
-	// order of first use; a queue released and forgotten (see
-	// RecordQueue) keeps its line.
+	// RecordQueue named (a line with no requests until it allocates, whose
+	// markers and host waits count the orderings after its commands when a
+	// block it used moves on), in order of first use; a queue released and
+	// forgotten (see RecordQueue) keeps its line.
 	Queues []QueueStats
 }
 
