@@ -141,30 +141,53 @@ func (e *OutOfMemoryError) Unwrap() error { return e.Err }
 // p.sizeCap: a negative one, and one larger than the device's largest
 // buffer (or, where the pool does not know its device, one whose block
 // size would overflow), which no amount of freeing could serve. The
-// latter is an *OutOfMemoryError, as torch and CuPy raise theirs there:
-// counted as a request of r's that missed and in OOMs, told to the hooks
-// as a malloc on r that failed, and saying what is active and held, as
-// every refused request does.
+// latter is an *OutOfMemoryError, as torch and CuPy raise theirs there,
+// told to the hooks as every refused request is (malloc_before, then
+// malloc_after with the error, on r), and counted by oversize.
 func (p *Pool) refuseSize(size int64, r *qstate) error {
 	if size < 0 {
 		return fmt.Errorf("mempool: Allocate(%d): negative size: %w", size, cl.ErrInvalidBufferSize)
 	}
 	req := &request{size: size, q: r, hooks: p.hooks.Load()}
-	p.lock()
-	closed := p.life == lifeClosed
-	p.mu.Unlock()
-	var err error = ErrPoolClosed // a closed pool refuses every request alike
-	if !closed {
-		e := p.outOfMemory(req, size, cl.ErrInvalidBufferSize)
-		e.DeviceMaxAlloc = p.maxAlloc
-		err = e
-	}
 	if req.hooks != nil {
-		if herr := p.emit(req.hooks, Event{Kind: MallocBefore, Size: size, AllocSize: size, Queue: queueOf(r)}); herr != nil {
-			return errors.Join(err, herr)
+		if err := p.emit(req.hooks, Event{Kind: MallocBefore, Size: size, AllocSize: p.blockSize(size), Queue: queueOf(r)}); err != nil {
+			return p.mallocFailed(req, err)
 		}
 	}
-	return p.mallocFailed(req, err)
+	return p.mallocFailed(req, p.oversize(req))
+}
+
+// oversize counts req, too large for the device, as a miss of its queue
+// and an OOM, and returns its error, which says what is active and held
+// as Stats finds it: the request frees nothing, and drains no cache (the
+// sanitizer's quarantine included). A closed pool refuses every request
+// alike, with ErrPoolClosed.
+func (p *Pool) oversize(req *request) error {
+	qs := p.lockCaches()
+	defer p.unlockCaches(qs)
+	if p.life == lifeClosed {
+		return ErrPoolClosed
+	}
+	p.countMiss(req)
+	p.l.oomRefused()
+	s := p.statsLocked()
+	e := &OutOfMemoryError{
+		Requested: req.size, AllocSize: req.size,
+		ActiveBlocks: s.ActiveBlocks, ActiveBytes: s.ActiveBytes,
+		HeldBlocks: s.HeldBlocks, HeldBytes: s.HeldBytes, ManagedBytes: s.ManagedBytes,
+		Limit: p.limit, DeviceMaxAlloc: p.maxAlloc, Err: cl.ErrInvalidBufferSize,
+	}
+	if p.device != nil {
+		e.DeviceTotal = p.device.GlobalMemSize
+	}
+	n := p.pol.LargestFree()
+	for b := range p.cachedLocked(qs) {
+		n = max(n, b.Size)
+	}
+	if n > 0 {
+		e.LargestHeldBin, e.LargestHeldSize = BinNumber(n, p.leadingBits), n
+	}
+	return e
 }
 
 // isOutOfMemory reports whether an allocator's error means the device is
@@ -179,7 +202,7 @@ func isOutOfMemory(err error) bool {
 // outOfMemory counts and returns the error of a request the ladder could
 // not serve: it tried a segment of n bytes last, and the device refused
 // it with cause (nil: the limit refused it).
-func (p *Pool) outOfMemory(req *request, n int64, cause error) *OutOfMemoryError {
+func (p *Pool) outOfMemory(req *request, n int64, cause error) error {
 	p.drainCaches() // the figures count what the queue caches did and held too (a drain flushes their sums)
 	p.lock()
 	defer p.mu.Unlock()

@@ -96,8 +96,9 @@ func (f HookFunc) Handle(e Event) { f(e) }
 // AddHook registers h and returns the function that removes it. Hooks are
 // called in the order they were added. With no hook registered, the pool's
 // hot path pays one atomic load per event site and nothing else. A nil h
-// (or a nil HookFunc) panics here, as http.Handle's nil handler does:
-// registered, it would fail every later request.
+// panics here, as http.Handle's nil handler does: a nil interface, a nil
+// HookFunc, or a nil pointer (a *memhooks.TraceRecorder never made), which
+// registered would fail every later request.
 func (p *Pool) AddHook(h Hook) (remove func()) {
 	if isNil(h) {
 		panic("mempool: AddHook of a nil hook")
@@ -186,13 +187,17 @@ func (p *Pool) segmentFreed(hooks hookList, s *segment, err error) error {
 	return p.emit(hooks, Event{Kind: SegmentFree, Size: s.Size, AllocSize: s.Size, Buffer: s.Data.buf, SVM: s.Data.svm, Err: err})
 }
 
-// isNil reports whether h is nil or holds a nil func (a nil HookFunc).
+// isNil reports whether h is nil or holds a nil func, pointer, map,
+// channel or slice.
 func isNil(h Hook) bool {
 	if h == nil {
 		return true
 	}
-	v := reflect.ValueOf(h)
-	return v.Kind() == reflect.Func && v.IsNil()
+	switch v := reflect.ValueOf(h); v.Kind() {
+	case reflect.Func, reflect.Pointer, reflect.Map, reflect.Chan, reflect.Slice:
+		return v.IsNil()
+	}
+	return false
 }
 
 // queueOf returns qs's queue: nil for the pool's host (no queue), and for

@@ -81,15 +81,17 @@ func parseLimit(s string, total int64) (int64, error) {
 			break
 		}
 	}
-	if n, err := strconv.ParseInt(num, 10, 64); err == nil { // whole: exact, past float64's 2^53
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil || math.IsNaN(f) {
+		return 0, fmt.Errorf("%q is not a size: want bytes (1073741824), a size with a unit (2GiB, 512MB) or a percentage (50%%)", s)
+	}
+	// A whole number (its underscores placed as ParseFloat allows) is
+	// exact, past float64's 2^53.
+	if n, err := strconv.ParseInt(strings.ReplaceAll(num, "_", ""), 10, 64); err == nil {
 		if n < 1 || n > math.MaxInt64/scale {
 			return 0, fmt.Errorf("size %q outside 1 byte to 8 EiB", s)
 		}
 		return n * scale, nil
-	}
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil || math.IsNaN(f) {
-		return 0, fmt.Errorf("%q is not a size: want bytes (1073741824), a size with a unit (2GiB, 512MB) or a percentage (50%%)", s)
 	}
 	bytes := f * float64(scale)
 	if !(bytes >= 1) || bytes >= math.MaxInt64 {
