@@ -1,7 +1,6 @@
 package mempool_test
 
 import (
-	"sync"
 	"testing"
 
 	"github.com/clpool/clpool/cl"
@@ -12,23 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// eventLog is a hook that keeps every event it is told of.
-type s44aEventLog struct {
-	mu sync.Mutex
-	ev []mempool.Event
-}
-
-func (l *s44aEventLog) Handle(e mempool.Event) {
-	l.mu.Lock()
-	l.ev = append(l.ev, e)
-	l.mu.Unlock()
-}
-
-func (l *s44aEventLog) mallocs() []mempool.Event {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// mallocs returns the malloc events of events.
+func mallocs(events []mempool.Event) []mempool.Event {
 	var out []mempool.Event
-	for _, e := range l.ev {
+	for _, e := range events {
 		if e.Kind == mempool.MallocBefore || e.Kind == mempool.MallocAfter {
 			out = append(out, e)
 		}
@@ -54,7 +40,7 @@ func TestHostileS44aOversizeRequestKeepsItsQueueInHooks(t *testing.T) {
 	p := pooltest.New(t, q)
 	max := p.Device().MaxMemAllocSize
 	require.Positive(t, max)
-	log := &s44aEventLog{}
+	log := &recorder{}
 	defer p.AddHook(log)()
 
 	for _, tc := range []struct {
@@ -65,13 +51,11 @@ func TestHostileS44aOversizeRequestKeepsItsQueueInHooks(t *testing.T) {
 		{"pool.Allocate (allocator's queue)", p.Allocate},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			log.mu.Lock()
-			log.ev = nil
-			log.mu.Unlock()
+			log.take()
 			_, err := tc.alloc(max + 1)
 			require.ErrorIs(t, err, mempool.ErrOutOfMemory)
 			require.ErrorIs(t, err, cl.ErrInvalidBufferSize)
-			ms := log.mallocs()
+			ms := mallocs(log.take())
 			require.Len(t, ms, 2, "malloc_before and malloc_after")
 			for _, e := range ms {
 				assert.True(t, e.Queue == q, "%v of a request made on q names queue %p, want q (%p)", e.Kind, e.Queue, q)
@@ -81,12 +65,10 @@ func TestHostileS44aOversizeRequestKeepsItsQueueInHooks(t *testing.T) {
 	// The same request within the device's buffer size, refused by the
 	// limit instead, names its queue: only the over-size path loses it.
 	require.NoError(t, p.SetLimit(1<<20))
-	log.mu.Lock()
-	log.ev = nil
-	log.mu.Unlock()
+	log.take()
 	_, err := p.On(q).Allocate(4 << 20)
 	require.ErrorIs(t, err, mempool.ErrOutOfMemory)
-	for _, e := range log.mallocs() {
+	for _, e := range mallocs(log.take()) {
 		assert.True(t, e.Queue == q, "limit refusal: %v names queue %p, want q (%p)", e.Kind, e.Queue, q)
 	}
 }

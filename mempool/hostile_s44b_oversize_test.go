@@ -19,34 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// s44bLog keeps every event it is told of.
-type s44bLog struct {
-	mu sync.Mutex
-	ev []mempool.Event
-}
-
-func (l *s44bLog) Handle(e mempool.Event) {
-	l.mu.Lock()
-	l.ev = append(l.ev, e)
-	l.mu.Unlock()
-}
-
-func (l *s44bLog) reset() {
-	l.mu.Lock()
-	l.ev = nil
-	l.mu.Unlock()
-}
-
-func (l *s44bLog) kinds() []mempool.EventKind {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []mempool.EventKind
-	for _, e := range l.ev {
-		out = append(out, e.Kind)
-	}
-	return out
-}
-
 // Expected: a request over the device's largest buffer "fails at once,
 // freeing nothing" (doc.go, Out of memory), so the blocks waiting in the
 // sanitizer's quarantine stay there, poisoned, and a write after Close to
@@ -229,7 +201,7 @@ func TestHostileS44bOversizeMallocBeforePanicStillTellsMallocAfter(t *testing.T)
 			panic("s44b: malloc_before")
 		}
 	}))()
-	log := &s44bLog{}
+	log := &recorder{}
 	defer p.AddHook(log)()
 	for _, tc := range []struct {
 		name string
@@ -239,11 +211,11 @@ func TestHostileS44bOversizeMallocBeforePanicStillTellsMallocAfter(t *testing.T)
 		{"over the device's largest buffer", p.Device().MaxMemAllocSize + 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			log.reset()
+			log.take()
 			_, err := p.Allocate(tc.size)
 			require.Error(t, err)
 			require.True(t, errors.Is(err, mempool.ErrPanicked), "%v", err)
-			assert.Equal(t, []mempool.EventKind{mempool.MallocBefore, mempool.MallocAfter}, log.kinds(),
+			assert.Equal(t, []mempool.EventKind{mempool.MallocBefore, mempool.MallocAfter}, kinds(log.take()),
 				"the second hook saw malloc_before: it is told malloc_after too")
 		})
 	}
@@ -262,7 +234,7 @@ func TestHostileS44bOversizeMallocBeforePanicStillTellsMallocAfter(t *testing.T)
 func TestHostileS44bOversizeMallocEventsAgreeOnAllocSize(t *testing.T) {
 	q := cltest.Queue(t)
 	p := pooltest.New(t, q, mempool.WithLimit(1<<20))
-	log := &s44bLog{}
+	log := &recorder{}
 	defer p.AddHook(log)()
 	for _, tc := range []struct {
 		name string
@@ -272,12 +244,10 @@ func TestHostileS44bOversizeMallocEventsAgreeOnAllocSize(t *testing.T) {
 		{"over the device's largest buffer", p.Device().MaxMemAllocSize + 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			log.reset()
+			log.take()
 			_, err := p.On(q).Allocate(tc.size)
 			require.ErrorIs(t, err, mempool.ErrOutOfMemory)
-			log.mu.Lock()
-			ev := append([]mempool.Event(nil), log.ev...)
-			log.mu.Unlock()
+			ev := log.take()
 			require.Len(t, ev, 2)
 			require.Equal(t, mempool.MallocBefore, ev[0].Kind)
 			require.Equal(t, mempool.MallocAfter, ev[1].Kind)

@@ -145,14 +145,14 @@ func TestHostileS44bSizeCapEdges(t *testing.T) {
 	p, _ := pooltest.NewOver(t, q, func(a allocator.Allocator) allocator.Allocator { return s44aHidden{a} },
 		mempool.WithLimit(1<<20))
 	require.Nil(t, p.Device())
-	log := &s44bLog{}
+	log := &recorder{}
 	defer p.AddHook(log)()
 	active, err := p.Allocate(4096)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, active.Close()) }()
 	for _, size := range []int64{1 << 60, 1<<60 + 1, 1<<63 - 1} {
 		before := p.Stats()
-		log.reset()
+		log.take()
 		_, err := p.Allocate(size)
 		require.ErrorIs(t, err, mempool.ErrOutOfMemory, "%d", size)
 		var oom *mempool.OutOfMemoryError
@@ -161,17 +161,17 @@ func TestHostileS44bSizeCapEdges(t *testing.T) {
 		assert.Equal(t, before.OOMs+1, after.OOMs, "%d", size)
 		assert.Equal(t, before.Misses+1, after.Misses, "%d", size)
 		assert.Equal(t, 1, oom.ActiveBlocks, "%d: %v", size, err)
-		assert.Equal(t, []mempool.EventKind{mempool.MallocBefore, mempool.MallocAfter}, log.kinds(), "%d", size)
+		assert.Equal(t, []mempool.EventKind{mempool.MallocBefore, mempool.MallocAfter}, kinds(log.take()), "%d", size)
 		t.Logf("%d: %v", size, err)
 	}
 	for _, size := range []int64{-1, -1 << 63} {
 		before := p.Stats()
-		log.reset()
+		log.take()
 		_, err := p.Allocate(size)
 		require.ErrorIs(t, err, cl.ErrInvalidBufferSize)
 		assert.NotErrorIs(t, err, mempool.ErrOutOfMemory)
 		assert.Equal(t, before, p.Stats(), "a negative size changes nothing")
-		assert.Empty(t, log.kinds(), "a negative size tells no hook")
+		assert.Empty(t, kinds(log.take()), "a negative size tells no hook")
 	}
 }
 
@@ -186,13 +186,13 @@ func TestHostileS44bOversizeSVM(t *testing.T) {
 	p, err := mempool.NewSVM(a)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, p.Close()) }()
-	log := &s44bLog{}
+	log := &recorder{}
 	defer p.AddHook(log)()
 	active, err := p.Allocate(4096)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, active.Close()) }()
 	before := p.Stats()
-	log.reset()
+	log.take()
 	_, err = p.On(q).Allocate(p.Device().MaxMemAllocSize + 1)
 	require.ErrorIs(t, err, mempool.ErrOutOfMemory)
 	require.ErrorIs(t, err, cl.ErrInvalidBufferSize)
@@ -203,11 +203,9 @@ func TestHostileS44bOversizeSVM(t *testing.T) {
 	after := p.Stats()
 	assert.Equal(t, before.OOMs+1, after.OOMs)
 	assert.Equal(t, before.Misses+1, after.Misses)
-	log.mu.Lock()
-	for _, e := range log.ev {
+	for _, e := range log.take() {
 		assert.True(t, e.Queue == q, "%v names queue %p, want %p", e.Kind, e.Queue, q)
 	}
-	log.mu.Unlock()
 }
 
 // Expected (held if it passes): a Set routes an oversize request to its
