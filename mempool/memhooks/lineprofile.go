@@ -28,6 +28,7 @@ type LineProfile struct {
 // stackRecord is what one call stack allocated.
 type stackRecord struct {
 	frames []frame // innermost first
+	seen   int     // its place among the stacks, in the order they were first seen
 	counts
 }
 
@@ -87,7 +88,7 @@ func (lp *LineProfile) record(frames []frame) *stackRecord {
 	}
 	r := lp.stacks[key.String()]
 	if r == nil {
-		r = &stackRecord{frames: frames}
+		r = &stackRecord{frames: frames, seen: len(lp.stacks)}
 		lp.stacks[key.String()] = r
 	}
 	return r
@@ -109,6 +110,16 @@ func (lp *LineProfile) sortedRecords() []*stackRecord {
 	records := make([]*stackRecord, len(keys))
 	for i, k := range keys {
 		records[i] = lp.stacks[k]
+	}
+	return records
+}
+
+// recordsSeen returns the records in the order their stacks were first
+// seen (Print's order). lp.mu must be held.
+func (lp *LineProfile) recordsSeen() []*stackRecord {
+	records := make([]*stackRecord, len(lp.stacks))
+	for _, r := range lp.stacks {
+		records[r.seen] = r
 	}
 	return records
 }
@@ -157,7 +168,7 @@ func (n *node) child(name string) *node {
 func (lp *LineProfile) Print(w io.Writer, maxDepth int, view View) error {
 	lp.mu.Lock()
 	root := &node{name: "_root", byName: map[string]*node{}}
-	for _, r := range lp.sortedRecords() {
+	for _, r := range lp.recordsSeen() {
 		used := r.inuseBytes
 		if view == Allocated {
 			used = r.allocBytes

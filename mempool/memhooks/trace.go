@@ -99,7 +99,9 @@ func WithStacks(depth int) TraceOption {
 }
 
 // WithFlushEvery sets how long a line may wait in the recorder before it
-// is written, 250 ms unless set; 0 or less: until Flush or Close only.
+// is written, 250 ms unless set; 0 or less: with no time bound, written
+// when Flush or Close is called or when 64 KiB of lines wait (the trace
+// writer's buffer, which never holds more).
 func WithFlushEvery(d time.Duration) TraceOption {
 	return func(c *traceConfig) { c.every = max(d, 0) }
 }
