@@ -5,6 +5,7 @@ import (
 
 	"github.com/clpool/clpool/internal/pooltest"
 	"github.com/clpool/clpool/mempool"
+	"github.com/clpool/clpool/mempool/memhooks"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -14,8 +15,13 @@ import (
 // the returned remove was called (review s44a). A nil hook is a
 // programmer's error AddHook has no error to return for: it panics at
 // the call, as http.Handle's nil handler does, and registers nothing.
+// Review s44b found the first fix caught only a nil interface and a nil
+// func, where the usual nil hook in Go is a nil pointer of a hook type
+// (`var rec *memhooks.TraceRecorder; ... pool.AddHook(rec)`), and
+// memhooks' hooks dereference their receiver in Handle.
 //
-// hooks.go, AddHook: "A nil h (or a nil HookFunc) panics here".
+// hooks.go, AddHook: "A nil h panics here, as http.Handle's nil handler
+// does: a nil interface, a nil HookFunc, or a nil pointer".
 func TestHostileS44aAddHookNilPanicsAndRegistersNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -23,6 +29,9 @@ func TestHostileS44aAddHookNilPanicsAndRegistersNothing(t *testing.T) {
 	}{
 		{"nil interface", nil},
 		{"nil HookFunc", mempool.HookFunc(nil)},
+		{"nil *memhooks.LineProfile", (*memhooks.LineProfile)(nil)},
+		{"nil *memhooks.TraceRecorder", (*memhooks.TraceRecorder)(nil)},
+		{"nil *memhooks.History", (*memhooks.History)(nil)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := pooltest.New(t, nil)
