@@ -71,9 +71,9 @@ func TestHostileS36aAllocateFailsWhileAnotherTaskReleasesItsQueue(t *testing.T) 
 				})
 			}
 			require.True(t, withinWork(t, "the tasks", wg.Wait))
-			t.Logf("%d Allocates failed", len(errs))
+			t.Logf("%d Allocates or fills failed", len(errs))
 			for _, err := range errs[:min(len(errs), 3)] {
-				assert.NoError(t, err, "a task's Allocate failed")
+				assert.NoError(t, err, "a task's Allocate or fill failed")
 			}
 		})
 	}
