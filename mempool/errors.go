@@ -168,24 +168,34 @@ func (p *Pool) oversize(req *request) error {
 	if p.life == lifeClosed {
 		return ErrPoolClosed
 	}
-	p.countMiss(req)
-	p.l.oomRefused()
-	s := p.statsLocked()
-	e := &OutOfMemoryError{
-		Requested: req.size, AllocSize: req.size,
-		ActiveBlocks: s.ActiveBlocks, ActiveBytes: s.ActiveBytes,
-		HeldBlocks: s.HeldBlocks, HeldBytes: s.HeldBytes, ManagedBytes: s.ManagedBytes,
-		Limit: p.limit, DeviceMaxAlloc: p.maxAlloc, Err: cl.ErrInvalidBufferSize,
-	}
-	if p.device != nil {
-		e.DeviceTotal = p.device.GlobalMemSize
-	}
 	n := p.pol.LargestFree()
 	for b := range p.cachedLocked(qs) {
 		n = max(n, b.Size)
 	}
-	if n > 0 {
-		e.LargestHeldBin, e.LargestHeldSize = BinNumber(n, p.leadingBits), n
+	e := p.refusedLocked(req, req.size, cl.ErrInvalidBufferSize, n)
+	e.DeviceMaxAlloc = p.maxAlloc
+	return e
+}
+
+// refusedLocked counts req as an OOM, and as a miss unless it was counted
+// already (countMiss: not yet, if a drain was asked for), and returns its
+// error: it asked for a block of allocSize bytes, refused with cause,
+// while the largest held block was largest bytes. p.mu must be held.
+func (p *Pool) refusedLocked(req *request, allocSize int64, cause error, largest int64) *OutOfMemoryError {
+	p.countMiss(req)
+	p.l.oomRefused()
+	s := p.statsLocked()
+	e := &OutOfMemoryError{
+		Requested: req.size, AllocSize: allocSize,
+		ActiveBlocks: s.ActiveBlocks, ActiveBytes: s.ActiveBytes,
+		HeldBlocks: s.HeldBlocks, HeldBytes: s.HeldBytes, ManagedBytes: s.ManagedBytes,
+		Limit: p.limit, Err: cause,
+	}
+	if p.device != nil {
+		e.DeviceTotal = p.device.GlobalMemSize
+	}
+	if largest > 0 {
+		e.LargestHeldBin, e.LargestHeldSize = BinNumber(largest, p.leadingBits), largest
 	}
 	return e
 }
@@ -206,20 +216,7 @@ func (p *Pool) outOfMemory(req *request, n int64, cause error) error {
 	p.drainCaches() // the figures count what the queue caches did and held too (a drain flushes their sums)
 	p.lock()
 	defer p.mu.Unlock()
-	p.countMiss(req) // not yet, if a drain was asked for
-	p.l.oomRefused()
-	s := p.statsLocked()
-	e := &OutOfMemoryError{
-		Requested: req.size, AllocSize: n,
-		ActiveBlocks: s.ActiveBlocks, ActiveBytes: s.ActiveBytes,
-		HeldBlocks: s.HeldBlocks, HeldBytes: s.HeldBytes,
-		ManagedBytes: s.ManagedBytes, InFlight: p.l.inflight + p.l.freeing, Limit: p.limit, Err: cause,
-	}
-	if p.device != nil {
-		e.DeviceTotal = p.device.GlobalMemSize
-	}
-	if n := p.pol.LargestFree(); n > 0 {
-		e.LargestHeldBin, e.LargestHeldSize = BinNumber(n, p.leadingBits), n
-	}
+	e := p.refusedLocked(req, n, cause, p.pol.LargestFree())
+	e.InFlight = p.l.inflight + p.l.freeing
 	return e
 }

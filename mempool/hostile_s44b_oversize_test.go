@@ -1,8 +1,9 @@
 package mempool_test
 
-// Hostile review s44b of 7f2ddc2: refuseSize now goes through outOfMemory,
-// which drains the queue caches and the sanitizer's quarantine before it
-// counts, and emits malloc_before after the request is counted.
+// Hostile review s44b of 7f2ddc2, where refuseSize went through
+// outOfMemory, which drained the queue caches and the sanitizer's
+// quarantine before it counted, and emitted malloc_before after the
+// request was counted (fixed in 62d05f5).
 
 import (
 	"errors"
