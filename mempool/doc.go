@@ -387,7 +387,7 @@
 // A second Close returns ErrClosed and changes nothing. After Close, Buffer
 // returns nil: the block may belong to someone else already. A PooledBuffer
 // must stay reachable while commands that use its buffer run. Bad input (a
-// negative size, a bad limit) is an error that changes nothing.
+// negative size, a bad limit, a nil option) is an error that changes nothing.
 //
 // A hook or an allocator that panics does not break the pool: it recovers
 // the panic, finishes what it was doing so that every count stays right and

@@ -32,7 +32,9 @@ type QueueAllocator struct {
 // the pool does not retain it. q may be released before the pool (see
 // RecordQueue); On of a released queue is an error. On a closed pool,
 // On of a queue the pool does not know registers nothing: its
-// allocator's Allocate returns ErrPoolClosed, as the pool's does.
+// allocator's Allocate returns ErrPoolClosed, as the pool's does. A nil
+// option registers nothing either: the allocator's Allocate returns the
+// error.
 //
 // QueueName names q, for the queue's figures (QueueStats.Name) and the
 // queue label of package metrics:
@@ -40,7 +42,10 @@ type QueueAllocator struct {
 //	copies := pool.On(copyQueue, mempool.QueueName("copy"))
 func (p *Pool) On(q *cl.CommandQueue, opts ...QueueOption) *QueueAllocator {
 	var c queueConfig
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			return &QueueAllocator{p: p, err: fmt.Errorf("mempool: On: option %d is nil", i)}
+		}
 		o(&c)
 	}
 	qs, err := p.queueState(q, true, c.name) // a new queue's line has its name at once (s41f)

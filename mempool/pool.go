@@ -98,7 +98,10 @@ func newPool(call string, src source, opts []Option) (*Pool, error) {
 		return nil, fmt.Errorf("mempool: %s: nil allocator", call)
 	}
 	c := defaultConfig()
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("mempool: %s: option %d is nil", call, i)
+		}
 		o(&c)
 	}
 	if err := c.validate(call); err != nil {

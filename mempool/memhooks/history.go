@@ -68,15 +68,13 @@ type HistoryEntry struct {
 // NewHistory returns a History of the last n events. Register it with
 // pool.AddHook. Of the options, WithSites and WithStacks give each event
 // its site; WithFlushEvery means nothing to a History. It panics if n is
-// less than 1.
+// less than 1, or on a nil option.
 func NewHistory(n int, opts ...TraceOption) *History {
 	if n < 1 {
 		panic(fmt.Sprintf("memhooks: NewHistory: n is %d, want at least 1", n))
 	}
 	var c traceConfig
-	for _, o := range opts {
-		o(&c)
-	}
+	applyOptions("NewHistory", &c, opts)
 	h := &History{start: time.Now(), size: n, depth: c.depth, num: newNumbering(), lostSegs: map[int64]trace.Event{}}
 	if c.depth > 0 {
 		h.sites = map[uint64]string{}

@@ -98,6 +98,18 @@ func WithStacks(depth int) TraceOption {
 	return func(c *traceConfig) { c.depth = max(depth, 1) }
 }
 
+// applyOptions sets c by opts, for the constructor called call; it
+// panics on a nil option, at the call that passed it (a caller building
+// its options conditionally would otherwise find a nil dereference).
+func applyOptions(call string, c *traceConfig, opts []TraceOption) {
+	for i, o := range opts {
+		if o == nil {
+			panic(fmt.Sprintf("memhooks: %s: option %d is nil", call, i))
+		}
+		o(c)
+	}
+}
+
 // WithFlushEvery sets how long a line may wait in the recorder before it
 // is written, 250 ms unless set; 0 or less: with no time bound, written
 // when Flush or Close is called or when 64 KiB of lines wait (the trace
@@ -109,12 +121,10 @@ func WithFlushEvery(d time.Duration) TraceOption {
 // NewTraceRecorder returns a hook writing to w, with w's own Write calls
 // made under the recorder's lock, one at a time: w need not be safe for
 // concurrent use. Register it with pool.AddHook, and Close it (or Flush it)
-// when done.
+// when done. It panics on a nil option, as NewHistory does.
 func NewTraceRecorder(w io.Writer, opts ...TraceOption) *TraceRecorder {
 	c := traceConfig{every: 250 * time.Millisecond}
-	for _, o := range opts {
-		o(&c)
-	}
+	applyOptions("NewTraceRecorder", &c, opts)
 	r := &TraceRecorder{start: time.Now(), depth: c.depth, every: c.every, num: newNumbering()}
 	if c.depth > 0 {
 		r.w = trace.NewSitedWriter(w)

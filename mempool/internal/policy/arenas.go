@@ -176,11 +176,13 @@ type Arenas[T comparable] struct {
 	lastPeak    int64 // periodPeak of the period before
 	lastGrew    bool  // the period before grew the pool by a little: replace its segments
 	// pending is the size of the segment that is to replace the wholly
-	// free ones, decided when GetOn declined a block for it; 0 if none.
-	// It holds until Add or a block handed out, so that the pool sizes
-	// the segment again after draining its queue caches (and BeforeGrow
-	// freed what it replaces) as it did the first time.
-	pending int64
+	// free ones, decided when GetOn declined a block for a request of
+	// pendingFor bytes (its block); 0 if none. It holds until Add, a
+	// block handed out, or another request GetOn does not decline, so
+	// that the pool sizes the segment again after draining its queue
+	// caches (and BeforeGrow freed what it replaces) as it did the first
+	// time, and for that request only.
+	pending, pendingFor int64
 
 	filling   bool  // no block given back since the last Add (see FillDivisor)
 	fillRun   int   // segments added in a row while filling, for requests of at most fillBlock bytes
@@ -189,10 +191,13 @@ type Arenas[T comparable] struct {
 
 // NewArenas returns the policy with blocks aligned to align, size classes
 // of leadingBits bits, requests over maxSplit (if positive) served whole by
-// oversize segments, and segments up to preferred bytes.
+// oversize segments, and segments up to preferred bytes (rounded down to
+// the alignment, and at least one block: a segment's size is a multiple
+// of it).
 func NewArenas[T comparable](align int64, leadingBits int, maxSplit, preferred int64) *Arenas[T] {
-	p := &Arenas[T]{a: NewArena[T](align, leadingBits), maxSplit: maxSplit, preferred: preferred}
+	p := &Arenas[T]{a: NewArena[T](align, leadingBits), maxSplit: maxSplit}
 	p.unit, p.own = max(GrowthUnit, p.a.align), max(OwnUnit, p.a.align)
+	p.preferred = max(p.a.align, preferred/p.a.align*p.a.align)
 	p.tinyMax = max(TinyBlock, p.a.align)
 	p.a.SetTinyMax(p.tinyMax)
 	p.a.counts = &p.counts
@@ -248,13 +253,15 @@ func (p *Arenas[T]) GetOn(size int64, q int32) *Block[T] {
 	n := p.Round(size)
 	var b *Block[T]
 	if p.Oversize(size) {
+		p.undecline(n)
 		b = p.a.GetWhole(n, OversizeSlack)
 	} else if n <= p.tinyMax { // tiny (see tiny): tiny segments are not consolidated
 		b = p.a.GetOn(n, q)
 	} else if c, ok := p.consolidation(n); ok {
-		p.pending = c // declined: the new segment replaces the free ones
+		p.pending, p.pendingFor = c, n // declined: the new segment replaces the free ones
 		return nil
 	} else {
+		p.undecline(n)
 		b = p.a.GetOn(n, q)
 	}
 	if b != nil {
@@ -262,6 +269,16 @@ func (p *Arenas[T]) GetOn(size int64, q int32) *Block[T] {
 		p.noteActive()
 	}
 	return b
+}
+
+// undecline forgets the pending replacement if a request of n bytes (its
+// block) is not the one declined for it: that one went without its
+// segment (the pool's limit refused it), and this one is no reason to
+// give up the wholly free segments.
+func (p *Arenas[T]) undecline(n int64) {
+	if n != p.pendingFor {
+		p.pending = 0
+	}
 }
 
 // GetAnyOn is GetOn when nothing else is left (the pool's out-of-memory
@@ -395,21 +412,22 @@ func (p *Arenas[T]) segmentSize(size int64) (int64, bool) {
 	}
 	held, step := p.a.Bytes(), p.step()
 	if n <= step {
-		return max(step, p.fillSize(n, held)), false
+		return max(step, p.fillSize(n, n, held)), false
 	}
 	if n > held/BigDivisor && p.outgrew(n, 4) || p.outgrew(n, GrowthWindow) || p.regrown(n) >= 0 {
 		own = roundUp(n+n/HeadroomDivisor, p.own)
 	}
-	return max(own, p.fillSize(own, held)), true
+	return max(own, p.fillSize(n, own, held)), true
 }
 
-// fillSize returns the size of a new segment for blocks of n bytes while
-// the pool fills (see FillDivisor): 2^k of them after k segments added in a
-// row (for requests no larger than the first's), up to 1/FillDivisor of the
-// held bytes and the preferred size, in whole blocks; 0 if the pool is not
-// filling.
-func (p *Arenas[T]) fillSize(n, held int64) int64 {
-	if !p.filling || p.fillRun == 0 {
+// fillSize returns the size of a new segment for blocks of n bytes, for a
+// request whose block is req bytes, while the pool fills (see
+// FillDivisor): 2^k of them after k segments added in a row, up to
+// 1/FillDivisor of the held bytes and the preferred size, in whole
+// blocks; 0 if the pool is not filling, or req is larger than the block
+// of the request that began the run (Add ends the run at it).
+func (p *Arenas[T]) fillSize(req, n, held int64) int64 {
+	if !p.filling || p.fillRun == 0 || req > p.fillBlock {
 		return 0
 	}
 	n = roundUp(n, p.own)
