@@ -71,7 +71,11 @@ func WithArena() Option { return func(c *config) { c.arena = true } }
 // WithMaxSplitSize makes requests over n bytes oversize, as torch's
 // max_split_size_mb does: each gets a segment of its own that is never
 // split, and only oversize requests reuse it, so that large blocks are not
-// cut into pieces that no large request can use again. It needs WithArena.
+// cut into pieces that no large request can use again: no small array
+// outliving a large temporary pins its segment. The price is device
+// allocations: a segment no larger request reuses is freed when the pool
+// needs room, and each large request that finds none free makes one (see
+// BENCHMARKS.md, session 45). It needs WithArena.
 func WithMaxSplitSize(n int64) Option { return func(c *config) { c.maxSplit = n } }
 
 // WithDropSafety sets whether a PooledBuffer dropped without Close goes back
