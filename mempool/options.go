@@ -75,8 +75,7 @@ func WithArena() Option { return func(c *config) { c.arena = true } }
 // outliving a large temporary pins its segment. The price is device
 // allocations: a wholly free oversize segment is freed when the pool needs
 // room, and a large request that finds none free of its size (up to 20 MiB
-// more, policy's OversizeSlack) makes one (see BENCHMARKS.md, session 45).
-// It needs WithArena.
+// more) makes one (see BENCHMARKS.md, session 45). It needs WithArena.
 func WithMaxSplitSize(n int64) Option { return func(c *config) { c.maxSplit = n } }
 
 // WithDropSafety sets whether a PooledBuffer dropped without Close goes back
