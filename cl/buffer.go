@@ -143,6 +143,9 @@ type Buffer struct {
 	parent   *Buffer // for a sub-buffer
 	origin   int64   // for a sub-buffer: offset in parent
 	released atomic.Bool
+	// wasMapped is set once MapBuffer mapped a region of the buffer: its
+	// release then forgets the regions still mapped (forgetMappings).
+	wasMapped atomic.Bool
 }
 
 // CreateBuffer makes a buffer of size bytes. Sizes that are 0, negative or
@@ -351,7 +354,9 @@ func (b *Buffer) Info() (BufferInfo, error) {
 }
 
 // Release releases the buffer. It is idempotent: later calls return nil.
-// A nil Buffer returns an error matching ErrInvalidMemObject.
+// A nil Buffer returns an error matching ErrInvalidMemObject. Regions
+// MapBuffer mapped and UnmapBuffer did not give back are forgotten: unmap
+// them first.
 func (b *Buffer) Release() error {
 	_, err := b.TryRelease()
 	return err
@@ -373,6 +378,9 @@ func (b *Buffer) TryRelease() (bool, error) {
 	}
 	err := callErr("clReleaseMemObject", int32(C.clReleaseMemObject(b.mem)))
 	runtime.KeepAlive(b)
+	if b.wasMapped.Load() {
+		forgetMappings(b)
+	}
 	return true, err
 }
 

@@ -153,6 +153,7 @@ func (q *CommandQueue) MapBuffer(buf *Buffer, flags MapFlags, offset, size int64
 	if p == nil {
 		return nil, &CallError{Call: call, Status: ErrMapFailure, Detail: "the runtime returned NULL and no error"}
 	}
+	buf.wasMapped.Store(true)
 	mapped.Lock()
 	mapped.by[buf] = append(mapped.by[buf], mapping{ptr: p, size: size})
 	mapped.Unlock()
@@ -164,7 +165,7 @@ func (q *CommandQueue) MapBuffer(buf *Buffer, flags MapFlags, offset, size int64
 // that commands enqueued afterwards, on any queue, see the host's writes.
 // region must be the very slice MapBuffer returned for buf (same start and
 // length), else the result is ErrInvalidValue; so is a second unmap. A nil
-// or released buffer returns ErrInvalidMemObject (a released one also
+// or released buffer returns ErrInvalidMemObject (a buffer's release
 // forgets its outstanding regions: release a buffer only once unmapped).
 // The slice must not be used after the call.
 func (q *CommandQueue) UnmapBuffer(buf *Buffer, region []byte) error {
@@ -172,9 +173,7 @@ func (q *CommandQueue) UnmapBuffer(buf *Buffer, region []byte) error {
 	qid, mem, err := q.transferArgs(call, buf, 0)
 	if err != nil {
 		if buf != nil && buf.Released() {
-			mapped.Lock()
-			delete(mapped.by, buf)
-			mapped.Unlock()
+			forgetMappings(buf)
 		}
 		return err
 	}
@@ -206,6 +205,14 @@ func (q *CommandQueue) UnmapBuffer(buf *Buffer, region []byte) error {
 
 // takeMapping removes and returns buf's mapping at p of size bytes, if
 // there is one.
+// forgetMappings drops the regions of buf, released, from mapped: none
+// can be unmapped now, and the record would keep buf reachable for good.
+func forgetMappings(buf *Buffer) {
+	mapped.Lock()
+	delete(mapped.by, buf)
+	mapped.Unlock()
+}
+
 func takeMapping(buf *Buffer, p unsafe.Pointer, size int64) (mapping, bool) {
 	mapped.Lock()
 	defer mapped.Unlock()

@@ -149,6 +149,11 @@ type SVM struct {
 	mapSize   int64
 }
 
+// MaxSVMAlignment is the largest alignment SVMAlloc may ask of every
+// device: the size of long16, the largest OpenCL C type (the embedded
+// profile without 64-bit integers has int16, 64 bytes, as its largest).
+const MaxSVMAlignment = 128
+
 // SVMAlloc allocates size bytes of shared virtual memory (clSVMAlloc) with
 // the given flags, aligned to alignment bytes (0: the runtime's default,
 // which suits any OpenCL C type; else a power of two).
@@ -161,7 +166,9 @@ type SVM struct {
 // of 0 or less, or over MaxMemAllocSize, ErrInvalidBufferSize, as for
 // CreateBuffer. A NULL from the runtime after all those checks is an
 // allocation failure: the error matches ErrMemObjectAllocationFailure
-// (Status.IsOutOfMemory holds), so that a pool treats it as out of memory.
+// (Status.IsOutOfMemory holds), so that a pool treats it as out of memory;
+// but for an alignment over MaxSVMAlignment, which a runtime may or may
+// not support (POCL does not), a NULL matches ErrInvalidValue, saying so.
 func (c *Context) SVMAlloc(flags SVMFlags, size int64, alignment int) (*SVM, error) {
 	const call = "clSVMAlloc"
 	cid, err := c.handle(call)
@@ -190,6 +197,10 @@ func (c *Context) SVMAlloc(flags SVMFlags, size int64, alignment int) (*SVM, err
 	ptr := C.clSVMAlloc(cid, C.cl_svm_mem_flags(flags), C.size_t(size), C.cl_uint(alignment))
 	if ptr == nil {
 		runtime.KeepAlive(c)
+		if alignment > MaxSVMAlignment {
+			return nil, &CallError{Call: call, Status: ErrInvalidValue,
+				Detail: fmt.Sprintf("the runtime returned NULL for alignment %d, past the %d bytes every device supports: an alignment it does not support", alignment, MaxSVMAlignment)}
+		}
 		return nil, &CallError{Call: call, Status: ErrMemObjectAllocationFailure,
 			Detail: fmt.Sprintf("the runtime returned NULL for %d bytes, flags %v, alignment %d", size, flags, alignment)}
 	}

@@ -299,18 +299,37 @@ func TestSVMFreeAfterContextRelease(t *testing.T) {
 	require.NoError(t, s.Free())
 }
 
-// Where the runtime returns NULL, the error is the out-of-memory one a pool
-// reacts to. POCL returns NULL for an alignment of 2^31: the only NULL a
-// CPU runtime gives on demand (it does not count SVM against its memory);
-// the binding cannot tell the causes of a NULL apart, and reports each as
-// an allocation failure. Nothing is leaked: allocations go on working.
+// Where the runtime returns NULL for a legal request, the error is the
+// out-of-memory one a pool reacts to. A device that does not overcommit
+// returns it once its memory is taken; POCL overcommits (it does not count
+// SVM against its memory), so there the test skips: its one NULL on demand,
+// an alignment past MaxSVMAlignment, is an invalid value
+// (TestHostileS45cSVMAllocAlignmentPastLargestTypeIsNotOutOfMemory).
+// Nothing is leaked: allocations go on working once the memory is freed.
 func TestSVMAllocNullIsOutOfMemory(t *testing.T) {
 	q := cltest.SVMQueue(t, cl.SVMCoarseGrainBuffer)
 	ctx := q.Context()
-	s, err := ctx.SVMAlloc(0, 1, 1<<31)
+	// The device's memory in its largest allocations, and two more: a
+	// device that does not overcommit returns NULL on the way.
+	d := q.Device()
+	var held []*cl.SVM
+	free := func() {
+		for _, h := range held {
+			require.NoError(t, h.Free())
+		}
+		held = nil
+	}
+	defer free()
+	var s *cl.SVM
+	var err error
+	for range d.GlobalMemSize/d.MaxMemAllocSize + 2 {
+		if s, err = ctx.SVMAlloc(0, d.MaxMemAllocSize, 0); err != nil {
+			break
+		}
+		held = append(held, s)
+	}
 	if err == nil {
-		require.NoError(t, s.Free())
-		t.Skipf("%v allocates with an alignment of 2^31: no NULL to test", q.Device())
+		t.Skipf("%v overcommits (%d allocations of %d bytes, its global memory %d): no NULL to test", d, len(held), d.MaxMemAllocSize, d.GlobalMemSize)
 	}
 	assert.Nil(t, s)
 	assert.ErrorIs(t, err, cl.ErrMemObjectAllocationFailure)
@@ -321,6 +340,7 @@ func TestSVMAllocNullIsOutOfMemory(t *testing.T) {
 	assert.ErrorContains(t, err, "NULL")
 	assert.NotErrorIs(t, err, cl.ErrSVMNotSupported)
 
+	free()
 	for i := 0; i < 3; i++ {
 		s, err := ctx.SVMAlloc(0, 1<<20, 0)
 		require.NoError(t, err)

@@ -99,22 +99,50 @@ func (f HookFunc) Handle(e Event) { f(e) }
 // panics here, as http.Handle's nil handler does: a nil interface, a nil
 // HookFunc, or a nil pointer (a *memhooks.TraceRecorder never made), which
 // registered would fail every later request.
+//
+// A hook registered already (the same pointer, or an equal comparable
+// value) is not registered again: it is told of each event once, where it
+// was first added, and stays until each remove function AddHook returned
+// for it has been called (a recorder told twice would count each
+// allocation twice). A HookFunc cannot be compared: each AddHook of one is
+// a registration of its own.
 func (p *Pool) AddHook(h Hook) (remove func()) {
 	if isNil(h) {
 		panic("mempool: AddHook of a nil hook")
 	}
 	p.hooksMu.Lock()
 	defer p.hooksMu.Unlock()
-	entry := &hookEntry{h} // its address is the registration's identity
 	var hs []*hookEntry
 	if old := p.hooks.Load(); old != nil {
+		for _, e := range *old {
+			if sameHook(e.h, h) {
+				e.adds++
+				return p.removeHook(e)
+			}
+		}
 		hs = append(hs, *old...)
 	}
+	entry := &hookEntry{h: h, adds: 1} // its address is the registration's identity
 	hs = append(hs, entry)
 	p.hooks.Store(&hs)
+	return p.removeHook(entry)
+}
+
+// removeHook returns a remove function of AddHook for entry: the first
+// call takes one of entry's adds back, and entry off the list with the
+// last; later calls do nothing.
+func (p *Pool) removeHook(entry *hookEntry) func() {
+	done := false
 	return func() {
 		p.hooksMu.Lock()
 		defer p.hooksMu.Unlock()
+		if done {
+			return
+		}
+		done = true
+		if entry.adds--; entry.adds > 0 {
+			return
+		}
 		old := p.hooks.Load()
 		if old == nil {
 			return
@@ -133,8 +161,27 @@ func (p *Pool) AddHook(h Hook) (remove func()) {
 	}
 }
 
-// hookEntry is one registration of a hook (the same hook may be added twice).
-type hookEntry struct{ h Hook }
+// hookEntry is one registration of a hook.
+type hookEntry struct {
+	h    Hook
+	adds int // the AddHooks of h not yet removed; p.hooksMu protects it
+}
+
+// sameHook reports whether a and b are the same hook: of one comparable
+// type and equal. A value whose comparison panics (a struct holding a
+// func in an interface field) is no other's.
+func sameHook(a, b Hook) (same bool) {
+	t := reflect.TypeOf(a)
+	if t != reflect.TypeOf(b) || !t.Comparable() {
+		return false
+	}
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
+}
 
 // hookList is what the hot path loads: nil when no hook is registered.
 type hookList = *[]*hookEntry

@@ -4,6 +4,7 @@ import (
 	"expvar"
 	"fmt"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/clpool/clpool/mempool"
 )
@@ -19,12 +20,17 @@ var publishMu sync.Mutex
 // to http.DefaultServeMux, show it as a JSON object.
 //
 // expvar panics on a name published twice; Publish returns an error
-// matching ErrNameTaken instead, and an error for a nil p. expvar cannot
-// remove a variable: a published pool stays published for the life of the
-// program, and a closed one keeps showing its last figures.
+// matching ErrNameTaken instead, and an error for a nil p or a name that
+// is not valid UTF-8 (/debug/vars would show it as another name, with
+// U+FFFD, which a second pool may have); it publishes nothing then. expvar
+// cannot remove a variable: a published pool stays published for the life
+// of the program, and a closed one keeps showing its last figures.
 func Publish(name string, p *mempool.Pool) error {
 	if p == nil {
 		return fmt.Errorf("metrics: Publish(%q): nil pool", name)
+	}
+	if !utf8.ValidString(name) {
+		return fmt.Errorf("metrics: Publish(%q): the name is not valid UTF-8", name)
 	}
 	publishMu.Lock()
 	defer publishMu.Unlock()
