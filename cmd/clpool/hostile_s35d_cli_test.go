@@ -138,7 +138,7 @@ func TestHostileS35dConfigsRefused(t *testing.T) {
 // by white space only.
 func TestHostileS35dVizSnapshotEdges(t *testing.T) {
 	snap := func(segs string) string {
-		return `{"policy":"arena","managed_bytes":4096,"active_bytes":0,"segments":[` + segs + `]}`
+		return `{"policy":"arena","managed_bytes":4096,"active_bytes":100,"segments":[` + segs + `]}`
 	}
 	ok := snap(`{"id":1,"size":4096,"blocks":[{"offset":0,"size":4096,"requested":100,"state":"active","block_id":1}]}`)
 	for name, text := range map[string]string{

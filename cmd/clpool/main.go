@@ -16,7 +16,11 @@
 // coloured by call site, with its site, queue and times on hover; the
 // bytes by call site and by queue; the managed bytes against the active
 // bytes with their peaks; zoom and pan; and the map of the pool's
-// segments and blocks at any event. It needs no device.
+// segments and blocks at any event. It needs no device. It refuses what
+// no pool writes and what the page cannot draw as it is: ids past
+// ±(2^53-1), queues past 2^31-1, a snapshot whose segments share an id or
+// whose managed_bytes and active_bytes are not its segments' bytes and
+// its active blocks' requests.
 //
 //	clpool plan [-align N] [-configs LIST] [-bestfit] TRACE...
 //

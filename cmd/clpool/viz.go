@@ -192,6 +192,20 @@ func pageSegments(segs []mempool.SegmentSnapshot, id func(uint64) int64) []pageS
 // the page would merge with another.
 const maxPageID = 1<<53 - 1
 
+// maxPageQueue is the largest queue number the page holds: its script
+// keeps them in an Int32Array. viz refuses a larger one, which the page
+// would draw as another queue.
+const maxPageQueue = 1<<31 - 1
+
+// checkPageQueue returns an error if the page cannot draw queue q (0:
+// none) as it is: a negative one, or one past maxPageQueue.
+func checkPageQueue(q int) error {
+	if q < 0 || q > maxPageQueue {
+		return fmt.Errorf("queue %d is past 0 to 2^31-1, the queues the page draws", q)
+	}
+	return nil
+}
+
 // checkPageID returns an error if the page cannot hold id, of a what
 // ("block" or "segment"), apart from its neighbours; nil if it can.
 func checkPageID[T int64 | uint64](what string, id T) error {
@@ -470,7 +484,7 @@ func tracePage(events []trace.Event, policy string, prog *progress) (page, error
 		changed := true
 		switch ev.Op {
 		case trace.Alloc:
-			if err := checkPageID("block", ev.ID); err != nil {
+			if err := cmp.Or(checkPageID("block", ev.ID), checkPageQueue(ev.Queue)); err != nil {
 				return page{}, fmt.Errorf("event %d: %w", k, err)
 			}
 			pb, err := pool.Allocate(ev.Size)
@@ -643,16 +657,24 @@ func snapshotPage(s snapshotFile) (page, error) {
 	if s.Policy == "" || s.Segments == nil {
 		return page{}, errors.New("a JSON object, but not a pool snapshot: it has no policy or no segments")
 	}
+	// A pool's snapshot: its segments numbered apart, its figures theirs
+	// (ManagedBytes their bytes, ActiveBytes the active blocks' requests).
+	seen := map[int64]bool{}
+	var managed, asked bytesSum
 	for _, seg := range s.Segments {
 		if err := checkPageID("segment", seg.ID); err != nil {
 			return page{}, err
 		}
+		if seen[seg.ID] {
+			return page{}, fmt.Errorf("segment %d: a second segment of that id (a pool numbers its segments apart)", seg.ID)
+		}
+		seen[seg.ID] = true
 		var end int64
 		for _, b := range seg.Blocks {
 			if _, ok := stepOfState[b.State]; !ok {
 				return page{}, fmt.Errorf("segment %d: block at offset %d: unknown state %q", seg.ID, b.Offset, b.State)
 			}
-			if err := checkPageID("block", b.ID); err != nil {
+			if err := cmp.Or(checkPageID("block", b.ID), checkPageQueue(b.Queue)); err != nil {
 				return page{}, fmt.Errorf("segment %d: block at offset %d: %w", seg.ID, b.Offset, err)
 			}
 			if b.Offset != end || b.Size <= 0 || b.Size > seg.Size-end {
@@ -662,10 +684,17 @@ func snapshotPage(s snapshotFile) (page, error) {
 			if b.Requested < 0 || b.Requested > b.Size {
 				return page{}, fmt.Errorf("segment %d: block at offset %d of %d bytes: %d bytes requested, which no pool hands out", seg.ID, b.Offset, b.Size, b.Requested)
 			}
+			if b.State == mempool.StateActive {
+				asked.add(b.Requested)
+			}
 		}
 		if end != seg.Size {
 			return page{}, fmt.Errorf("segment %d: its blocks cover %d of its %d bytes", seg.ID, end, seg.Size)
 		}
+		managed.add(seg.Size)
+	}
+	if !managed.is(s.ManagedBytes) || !asked.is(s.ActiveBytes) {
+		return page{}, fmt.Errorf("managed_bytes %d and active_bytes %d: not the snapshot's (its segments hold %d bytes, its active blocks asked for %d)", s.ManagedBytes, s.ActiveBytes, managed.bytes(), asked.bytes())
 	}
 
 	// The history's events, less the frees of blocks allocated before it
@@ -906,6 +935,9 @@ func (s *bytesSum) sub(n int64) {
 	s.lo, borrow = bits.Sub64(s.lo, uint64(n), 0)
 	s.hi -= borrow
 }
+
+// is reports whether s is n.
+func (s bytesSum) is(n int64) bool { return n >= 0 && s.hi == 0 && s.lo == uint64(n) }
 
 // more reports whether s is more than t.
 func (s bytesSum) more(t bytesSum) bool { return s.hi > t.hi || s.hi == t.hi && s.lo > t.lo }
