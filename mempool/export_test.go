@@ -100,3 +100,13 @@ func FrozenLate(p *Pool) int64 {
 	defer p.mu.Unlock()
 	return p.frozenLate
 }
+
+// LeavingBlocks returns how many blocks are on their way from p's
+// sanitizer's quarantine to the policy: marked leaving, not yet in the
+// policy (review s45e).
+func LeavingBlocks(p *Pool) int {
+	if p.san == nil {
+		return 0
+	}
+	return p.san.leavingBlocks()
+}

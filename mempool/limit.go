@@ -38,10 +38,11 @@ func (p *Pool) SetLimit(bytes int64) error {
 	p.lock()
 	p.limit = bytes
 	p.l.s.Limit = bytes
+	over := p.l.reserved() > bytes
 	p.mu.Unlock()
 	p.freed.Broadcast() // room for a request that waits (awaitInFlight)
-	if bytes == 0 {
-		return nil
+	if bytes == 0 || !over {
+		return nil // nothing to free: no drain either (s45e: it emptied the quarantine)
 	}
 	return p.freeHeldWhile(func() bool { return p.l.reserved() > bytes }) // under p.mu
 }

@@ -105,7 +105,7 @@ func (a *QueueAllocator) FreeHeld() error {
 	if a.err != nil {
 		return a.err
 	}
-	return a.p.freeHeldIf(func(b *block) bool { return b.Only(a.qs.id) })
+	return a.p.freeHeldOn(a.qs)
 }
 
 // queueState returns the state of q, made at its first use: for On
@@ -295,11 +295,14 @@ func (b *PooledBuffer) RecordQueue(q *cl.CommandQueue) error {
 // allocator's), or nil if none.
 func (b *PooledBuffer) Queue() *cl.CommandQueue { return b.q.q }
 
-// freeHeldIf frees the wholly free segments whose block pred accepts. It
-// returns the allocator's errors, joined, those of the drain's frees too
-// (as freeHeldWhile does).
-func (p *Pool) freeHeldIf(pred func(*block) bool) error {
-	_, err := p.drain()
+// freeHeldOn frees the wholly free segments whose block only qs may
+// still use, once every queue cache and qs's blocks in the sanitizer's
+// quarantine are given back (another queue's blocks stay there: s45e).
+// It returns the allocator's errors, joined, those of the drain's frees
+// too (as freeHeldWhile does).
+func (p *Pool) freeHeldOn(qs *qstate) error {
+	_, err := p.drainOf(qs)
+	pred := func(b *block) bool { return b.Only(qs.id) }
 	p.lock()
 	var segs []*segment
 	for s := p.pol.TakeFreeIf(pred); s != nil; s = p.pol.TakeFreeIf(pred) {

@@ -298,13 +298,12 @@ func (p *Pool) drainCaches() (moved bool) {
 }
 
 // drain is drainCaches, with the allocator's errors.
-func (p *Pool) drain() (moved bool, err error) {
-	if p.san != nil { // the sanitizer's quarantine too (its pools have no caches)
-		if bs := p.san.drain(); len(bs) > 0 {
-			err = p.leaveQuarantine(bs)
-			moved = true
-		}
-	}
+func (p *Pool) drain() (moved bool, err error) { return p.drainOf(nil) }
+
+// drainOf is drain, taking only only's blocks out of the quarantine if
+// only is not nil (every queue cache is drained).
+func (p *Pool) drainOf(only *qstate) (moved bool, err error) {
+	moved, err = p.drainQuarantine(only) // the sanitizer's (its pools have no caches)
 	if p.cacheState.Load() == cachesGone {
 		return moved, err // caching is off for good and the caches are empty: nothing to lock
 	}

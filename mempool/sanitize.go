@@ -38,7 +38,8 @@ import (
 //   - A block leaves the quarantine (leaveQuarantine) when newer ones push
 //     it out (more than SanitizerQuarantineBlocks blocks or
 //     SanitizerQuarantineBytes bytes), when the pool drains what it sets
-//     aside (FreeHeld, the out-of-memory ladder, Close), or at once if it
+//     aside (FreeHeld, a SetLimit below what it manages, the out-of-memory
+//     ladder, Close; a queue's FreeHeld, that queue's blocks), or at once if it
 //     is closed while a request is on the out-of-memory ladder (the
 //     quarantine yields to memory pressure, so that a sanitized program
 //     allocates as it would without the sanitizer; a write after such a
@@ -88,8 +89,8 @@ const (
 	// SanitizerQuarantineBlocks and SanitizerQuarantineBytes bound the
 	// quarantine: after a block enters it, the oldest leave while more
 	// blocks or more bytes (of their blocks) wait. A block larger than
-	// SanitizerQuarantineBytes leaves at once: its poison is checked
-	// then, after the commands enqueued before.
+	// SanitizerQuarantineBytes leaves at once, pushing no other out: its
+	// poison is checked then, after the commands enqueued before.
 	SanitizerQuarantineBlocks = 256
 	SanitizerQuarantineBytes  = 64 << 20
 )
@@ -262,6 +263,16 @@ func (p *Pool) Findings() []Finding {
 	if s == nil {
 		return nil
 	}
+	// The blocks on their way out of the quarantine (a FreeHeld or Close
+	// under way) have their checks enqueued as they go: waited for, as
+	// checkQuarantine passes them over (s45e: a Findings racing a FreeHeld
+	// missed them). Every block marked leaving goes through
+	// leaveQuarantine, which takes no lock Findings holds.
+	s.mu.Lock()
+	for s.unchecked > 0 {
+		s.allChecked.Wait()
+	}
+	s.mu.Unlock() // nothing printed
 	// A block whose queue's Release is under way is checked once the
 	// Release returns (s36c: Findings skipped it), waited for outside
 	// s.mu; a second pass checks those blocks only (one whose Release
@@ -296,18 +307,23 @@ type sanitizer struct {
 	quar     []*sanBlock          // the quarantine, oldest first; leaving ones too, until they are in the policy
 	quarN    int                  // blocks in quar not leaving
 	quarSize int64                // and their bytes
-	cur      *sanBatch            // the batch checks go into
-	full     []*sanBatch          // full batches, oldest first, not yet harvested
-	spare    []*cl.Buffer         // result buffers of harvested batches, for new ones
-	findings []Finding
-	closed   bool // the pool's Close has begun
-	stopped  bool // the pool no longer holds (StopHolding): no block waits in quarantine
-	inflight int  // Closes of tracked blocks under way
-	res      *sanRes
-	resErr   error    // why res could not be made, or that it was released
-	warned   bool     // a failure to check was printed
-	lines    []string // printed in this hold of mu, written once it is let go (sanitize_output.go)
-	queued   []string // printed under harvestMu or a queue's hold, written once they are let go
+	// unchecked counts the blocks marked leaving whose check
+	// leaveQuarantine has not yet enqueued; Findings waits on allChecked
+	// (of mu) for it to be 0.
+	unchecked  int
+	allChecked *sync.Cond
+	cur        *sanBatch    // the batch checks go into
+	full       []*sanBatch  // full batches, oldest first, not yet harvested
+	spare      []*cl.Buffer // result buffers of harvested batches, for new ones
+	findings   []Finding
+	closed     bool // the pool's Close has begun
+	stopped    bool // the pool no longer holds (StopHolding): no block waits in quarantine
+	inflight   int  // Closes of tracked blocks under way
+	res        *sanRes
+	resErr     error    // why res could not be made, or that it was released
+	warned     bool     // a failure to check was printed
+	lines      []string // printed in this hold of mu, written once it is let go (sanitize_output.go)
+	queued     []string // printed under harvestMu or a queue's hold, written once they are let go
 }
 
 // sanRes is what the sanitizer's checks need: its program's kernel (set
@@ -352,6 +368,7 @@ type sanCheck struct {
 
 func newSanitizer(p *Pool, c sanConfig) *sanitizer {
 	s := &sanitizer{p: p, out: stderrOutput, live: map[uint64]*sanBlock{}}
+	s.allChecked = sync.NewCond(&s.mu)
 	if c.outSet {
 		s.out = c.out
 	}

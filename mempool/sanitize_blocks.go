@@ -146,6 +146,7 @@ func (p *Pool) giveBackSanitized(pb *PooledBuffer, sb *sanBlock, size int64, hoo
 		leaving = slices.Delete(leaving, i, i+1)
 		s.mu.Lock()
 		s.quar = slices.DeleteFunc(s.quar, func(o *sanBlock) bool { return o == sb })
+		s.checked()
 		s.mu.Unlock() // nothing printed: p.mu is held
 		gone = p.putFree(nil, b, pb.q, true)
 	} else {
@@ -153,7 +154,10 @@ func (p *Pool) giveBackSanitized(pb *PooledBuffer, sb *sanBlock, size int64, hoo
 	}
 	p.forget()
 	p.mu.Unlock()
-	err := errors.Join(p.freeSegments(gone), p.leaveQuarantine(leaving))
+	// The blocks leaving first: a hook told of a segment's free may call
+	// Findings, which waits for their checks.
+	lerr := p.leaveQuarantine(leaving)
+	err := errors.Join(p.freeSegments(gone), lerr)
 	if sb.dropped {
 		s.mu.Lock()
 		s.report(Finding{Kind: Dropped, BlockID: sb.id, Size: sb.size, AllocSite: callsite.First(sb.alloc)})

@@ -39,13 +39,16 @@ func (s *sanitizer) poison(sb *sanBlock, cq *qstate) {
 // blocks that leave it to make room, oldest first, marked leaving; sb
 // itself leaves at once once the pool is closed, or no longer holds
 // (StopHolding), or while a request is on the out-of-memory ladder
-// (pass; its poison is still checked as it leaves). p.mu must be held.
+// (pass; its poison is still checked as it leaves), or if it is larger
+// than SanitizerQuarantineBytes (alone: it pushes no other out). p.mu
+// must be held.
 func (s *sanitizer) enter(sb *sanBlock, pass bool) []*sanBlock {
 	s.mu.Lock()
 	defer s.mu.Unlock() // nothing printed: the pool's lock may be held
 	s.quar = append(s.quar, sb)
-	if s.closed || s.stopped || pass {
+	if s.closed || s.stopped || pass || sb.blk.Size > SanitizerQuarantineBytes {
 		sb.leaving = true
+		s.unchecked++
 		return []*sanBlock{sb}
 	}
 	s.quarN++
@@ -62,23 +65,46 @@ func (s *sanitizer) enter(sb *sanBlock, pass bool) []*sanBlock {
 			out = append(out, o)
 		}
 	}
+	s.unchecked += len(out)
 	return out
 }
 
-// drain marks every block in quarantine leaving, and returns them, for
-// leaveQuarantine.
-func (s *sanitizer) drain() []*sanBlock {
+// drain marks every block in quarantine (of qs only, if not nil)
+// leaving, and returns them, for leaveQuarantine.
+func (s *sanitizer) drain(qs *qstate) []*sanBlock {
 	s.mu.Lock()
 	defer s.mu.Unlock() // nothing printed: the pool's lock may be held
 	var out []*sanBlock
 	for _, o := range s.quar {
-		if !o.leaving {
+		if !o.leaving && (qs == nil || o.q == qs) {
 			o.leaving = true
+			s.quarN--
+			s.quarSize -= o.blk.Size
 			out = append(out, o)
 		}
 	}
-	s.quarN, s.quarSize = 0, 0
+	s.unchecked += len(out)
 	return out
+}
+
+// drainQuarantine takes every block out of the sanitizer's quarantine (of
+// qs only, if not nil) through leaveQuarantine, and reports whether any
+// left, with the allocator's errors of the frees that made.
+func (p *Pool) drainQuarantine(qs *qstate) (moved bool, err error) {
+	if p.san == nil {
+		return false, nil
+	}
+	bs := p.san.drain(qs)
+	return len(bs) > 0, p.leaveQuarantine(bs)
+}
+
+// checked notes that the check of a block marked leaving is enqueued, or
+// that it needs none, and wakes a Findings waiting for the last. s.mu
+// must be held.
+func (s *sanitizer) checked() {
+	if s.unchecked--; s.unchecked == 0 {
+		s.allChecked.Broadcast()
+	}
 }
 
 // leaveQuarantine checks the poison of the blocks bs, marked leaving, on
@@ -111,6 +137,7 @@ func (p *Pool) leaveQuarantine(bs []*sanBlock) error {
 			_ = sb.poison.Release()
 			sb.poison = nil
 		}
+		s.checked()
 		s.unlockQueued() // written once the queue is let go (sanitize_output.go)
 		if held {
 			sb.q.q.Unhold()
@@ -231,7 +258,7 @@ func (s *sanitizer) poolClosing() error {
 		s.report(Finding{Kind: LeakedAtClose, BlockID: sb.id, Size: sb.size, AllocSite: callsite.First(sb.alloc)})
 	}
 	s.unlock()
-	err := s.p.leaveQuarantine(s.drain())
+	err := s.p.leaveQuarantine(s.drain(nil))
 	s.harvest(true)
 	return err
 }
