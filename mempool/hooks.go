@@ -104,8 +104,9 @@ func (f HookFunc) Handle(e Event) { f(e) }
 // value) is not registered again: it is told of each event once, where it
 // was first added, and stays until each remove function AddHook returned
 // for it has been called (a recorder told twice would count each
-// allocation twice). A HookFunc cannot be compared: each AddHook of one is
-// a registration of its own.
+// allocation twice). A HookFunc cannot be compared, nor a value of a type
+// that is not comparable or that is not equal to itself (a NaN field):
+// each AddHook of one is a registration of its own.
 func (p *Pool) AddHook(h Hook) (remove func()) {
 	if isNil(h) {
 		panic("mempool: AddHook of a nil hook")

@@ -74,8 +74,9 @@ func WithArena() Option { return func(c *config) { c.arena = true } }
 // cut into pieces that no large request can use again: no small array
 // outliving a large temporary pins its segment. The price is device
 // allocations: a wholly free oversize segment is freed when the pool needs
-// room, and a large request that finds none free of its size (up to 20 MiB
-// more) makes one (see BENCHMARKS.md, session 45). It needs WithArena.
+// room, and a large request that finds none free of its size (less than
+// 20 MiB more) makes one (see BENCHMARKS.md, session 45). It needs
+// WithArena.
 func WithMaxSplitSize(n int64) Option { return func(c *config) { c.maxSplit = n } }
 
 // WithDropSafety sets whether a PooledBuffer dropped without Close goes back
