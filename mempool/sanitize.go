@@ -42,7 +42,8 @@ import (
 //     ladder, Close; a queue's FreeHeld, that queue's blocks), or at once if it
 //     is closed while a request is on the out-of-memory ladder (the
 //     quarantine yields to memory pressure, so that a sanitized program
-//     allocates as it would without the sanitizer; a write after such a
+//     still runs near its limit, though an arena's blocks cut while
+//     others wait in quarantine spread further; a write after such a
 //     Close goes unseen, and may land in the next user): a check kernel
 //     looks for a poison byte that changed (WriteAfterClose) on the same
 //     queue, and the block goes to the policy recording that queue, so

@@ -128,7 +128,8 @@ func relErr(got, want float64) float64 {
 // checked against the host's float64; the largest relative error is
 // reported.
 func process[T Float, B array.Block](q *cl.CommandQueue, cfg config, allocate func(int64) (B, error)) (res result, err error) {
-	if cfg.requests < 0 || cfg.maxBatch < 1 || cfg.minLen < 1 || cfg.maxLen < cfg.minLen || cfg.alpha <= 0 || cfg.window < 1 {
+	// !(alpha > 0): NaN is refused too.
+	if cfg.requests < 0 || cfg.maxBatch < 1 || cfg.minLen < 1 || cfg.maxLen < cfg.minLen || !(cfg.alpha > 0) || math.IsInf(cfg.alpha, 1) || cfg.window < 1 {
 		return res, fmt.Errorf("batches: bad config %+v", cfg)
 	}
 	src := newSource(cfg)

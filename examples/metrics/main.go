@@ -77,6 +77,9 @@ func serve(addr string, duration time.Duration, cfg config, out io.Writer) error
 // pool in expvar as cfg.name, which must not be published already.
 func run(ctx context.Context, ln net.Listener, cfg config, out io.Writer) error {
 	defer ln.Close() // for the returns before Serve, which closes it otherwise
+	if cfg.every <= 0 {
+		return fmt.Errorf("-every %v: the pause between allocations must be positive", cfg.every)
+	}
 	q, err := cl.DefaultQueue()
 	if err != nil {
 		return err

@@ -58,6 +58,9 @@ func defaultConfig() config {
 // run simulates cfg in float32 over a pool on the default device, and
 // writes a summary to w.
 func run(w io.Writer, cfg config, tracePath string, arena bool) error {
+	if err := cfg.check(); err != nil {
+		return err // before anything is printed
+	}
 	q, err := cl.DefaultQueue()
 	if err != nil {
 		return err

@@ -380,8 +380,8 @@ type result struct {
 func simulate[T Float, B array.Block](q *cl.CommandQueue, cfg config, allocate func(int64) (B, error), keep bool) (result, error) {
 	var res result
 	alloc := asAlloc(allocate)
-	if cfg.every <= 0 || cfg.steps < 0 || cfg.dt <= 0 || cfg.scale < 0 {
-		return res, fmt.Errorf("particles: bad config %+v", cfg)
+	if err := cfg.check(); err != nil {
+		return res, err
 	}
 	sp := newSpawner(cfg)
 	clouds := make([]*cloud[T], len(allSpecies))
@@ -466,4 +466,13 @@ func simulate[T Float, B array.Block](q *cl.CommandQueue, cfg config, allocate f
 		}
 	}
 	return res, nil
+}
+
+// check returns an error for a config no run can follow: written so that
+// NaN fails each test too, and infinities are refused.
+func (cfg config) check() error {
+	if cfg.every <= 0 || cfg.steps < 0 || !(cfg.dt > 0) || !(cfg.scale >= 0) || math.IsInf(cfg.dt, 1) || math.IsInf(cfg.scale, 1) {
+		return fmt.Errorf("particles: bad config %+v", cfg)
+	}
+	return nil
 }
