@@ -21,4 +21,6 @@
 //
 // Times are from the monotonic clock, measured from when the hook was made.
 // Register any of them with pool.AddHook; each is safe for concurrent use.
+// Adding one to a pool again is the same registration, told each event
+// once (see Pool.AddHook).
 package memhooks
