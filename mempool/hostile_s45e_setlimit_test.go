@@ -6,6 +6,7 @@ package mempool_test
 import (
 	"testing"
 
+	"github.com/clpool/clpool/cl"
 	"github.com/clpool/clpool/internal/cltest"
 	"github.com/clpool/clpool/mempool"
 	"github.com/stretchr/testify/assert"
@@ -30,13 +31,7 @@ func TestHostileS45eSetLimitWithRoomEmptiesTheQuarantine(t *testing.T) {
 	for _, pol := range sanPolicies {
 		t.Run(pol.name, func(t *testing.T) {
 			f := newSanFixture(t, pol.opts...)
-			b, err := f.pool.Allocate(4000)
-			require.NoError(t, err)
-			kept := b.Buffer()
-			require.NotNil(t, kept)
-			require.NoError(t, f.q.WriteBuffer(kept, 0, make([]byte, 4000)))
-			require.NoError(t, b.Close())
-			require.Equal(t, 1, mempool.Quarantined(f.pool), "the closed block waits in the quarantine")
+			kept := s45eQuarantineOne(t, f)
 
 			// Far more room than the pool manages: nothing to free.
 			managed := f.pool.Stats().ManagedBytes
@@ -46,10 +41,7 @@ func TestHostileS45eSetLimitWithRoomEmptiesTheQuarantine(t *testing.T) {
 				"SetLimit(1 GiB) with %d bytes managed emptied the quarantine", managed)
 
 			// The bug the sanitizer is for: a write through the kept buffer.
-			require.NoError(t, f.q.WriteBuffer(kept, 8, []byte{1, 2, 3, 4}))
-			got := f.pool.Findings()
-			assert.Equal(t, 1, findingKinds(got)[mempool.WriteAfterClose],
-				"a write after Close, the block closed before a SetLimit with room: %v", got)
+			s45eWriteAfterCloseFound(t, f, kept, "a write after Close, the block closed before a SetLimit with room")
 		})
 	}
 }
@@ -64,22 +56,13 @@ func TestHostileS45eOtherQueuesFreeHeldEmptiesTheQuarantine(t *testing.T) {
 		t.Run(pol.name, func(t *testing.T) {
 			f := newSanFixture(t, pol.opts...)
 			q2 := cltest.SecondQueue(t, f.q, 0)
-			b, err := f.pool.Allocate(4000)
-			require.NoError(t, err)
-			kept := b.Buffer()
-			require.NotNil(t, kept)
-			require.NoError(t, f.q.WriteBuffer(kept, 0, make([]byte, 4000)))
-			require.NoError(t, b.Close())
-			require.Equal(t, 1, mempool.Quarantined(f.pool))
+			kept := s45eQuarantineOne(t, f)
 
 			require.NoError(t, f.pool.On(q2).FreeHeld()) // another task's queue: it held nothing
 			assert.Equal(t, 1, mempool.Quarantined(f.pool),
 				"q2's FreeHeld took a block of the pool's queue out of the quarantine")
 
-			require.NoError(t, f.q.WriteBuffer(kept, 8, []byte{1, 2, 3, 4}))
-			got := f.pool.Findings()
-			assert.Equal(t, 1, findingKinds(got)[mempool.WriteAfterClose],
-				"a write after Close, the block closed before another queue's FreeHeld: %v", got)
+			s45eWriteAfterCloseFound(t, f, kept, "a write after Close, the block closed before another queue's FreeHeld")
 		})
 	}
 }
@@ -99,22 +82,36 @@ func TestHostileS45eLargeBlockEmptiesTheQuarantine(t *testing.T) {
 			f := newSanFixture(t, pol.opts...)
 			big, err := f.pool.Allocate(mempool.SanitizerQuarantineBytes + 1)
 			require.NoError(t, err)
-			b, err := f.pool.Allocate(4000)
-			require.NoError(t, err)
-			kept := b.Buffer()
-			require.NotNil(t, kept)
-			require.NoError(t, f.q.WriteBuffer(kept, 0, make([]byte, 4000)))
-			require.NoError(t, b.Close())
-			require.Equal(t, 1, mempool.Quarantined(f.pool))
+			kept := s45eQuarantineOne(t, f)
 
 			require.NoError(t, big.Close()) // leaves at once, as documented
 			assert.Equal(t, 1, mempool.Quarantined(f.pool),
 				"the large block took the small one out of the quarantine with it")
 
-			require.NoError(t, f.q.WriteBuffer(kept, 8, []byte{1, 2, 3, 4}))
-			got := f.pool.Findings()
-			assert.Equal(t, 1, findingKinds(got)[mempool.WriteAfterClose],
-				"a write after Close to the small block, closed before the large one: %v", got)
+			s45eWriteAfterCloseFound(t, f, kept, "a write after Close to the small block, closed before the large one")
 		})
 	}
+}
+
+// s45eQuarantineOne closes a block of 4,000 bytes, zeroed, into f's
+// quarantine, and returns its buffer, kept past the Close.
+func s45eQuarantineOne(t *testing.T, f *sanFixture) *cl.Buffer {
+	t.Helper()
+	b, err := f.pool.Allocate(4000)
+	require.NoError(t, err)
+	kept := b.Buffer()
+	require.NotNil(t, kept)
+	require.NoError(t, f.q.WriteBuffer(kept, 0, make([]byte, 4000)))
+	require.NoError(t, b.Close())
+	require.Equal(t, 1, mempool.Quarantined(f.pool), "the closed block waits in the quarantine")
+	return kept
+}
+
+// s45eWriteAfterCloseFound writes through kept and asserts that Findings
+// reports one write after Close.
+func s45eWriteAfterCloseFound(t *testing.T, f *sanFixture, kept *cl.Buffer, what string) {
+	t.Helper()
+	require.NoError(t, f.q.WriteBuffer(kept, 8, []byte{1, 2, 3, 4}))
+	got := f.pool.Findings()
+	assert.Equal(t, 1, findingKinds(got)[mempool.WriteAfterClose], "%s: %v", what, got)
 }
