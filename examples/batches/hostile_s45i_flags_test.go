@@ -13,12 +13,7 @@ import (
 // runNoPanic is run, with a panic turned into an error naming it.
 func runNoPanic(cfg config) (out string, err error) {
 	var b bytes.Buffer
-	defer func() {
-		if r := recover(); r != nil {
-			out, err = b.String(), fmt.Errorf("panicked: %v", r)
-		}
-	}()
-	err = run(&b, cfg, "", false)
+	err = cltest.NoPanic(func() error { return run(&b, cfg, "", false) })
 	return b.String(), err
 }
 

@@ -26,14 +26,9 @@ func TestHostileS45iMetricsNonPositiveEveryIsAnErrorNotAPanic(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			var out lockedBuffer
-			err = func() (err error) {
-				defer func() {
-					if r := recover(); r != nil {
-						err = fmt.Errorf("panicked: %v", r)
-					}
-				}()
+			err = cltest.NoPanic(func() error {
 				return run(ctx, ln, config{name: fmt.Sprintf("s45i-every-%d", i), every: every}, &out)
-			}()
+			})
 			t.Log(out.String())
 			require.Error(t, err, "-every %v ran", every)
 			assert.NotContains(t, err.Error(), "panicked", "-every %v", every)

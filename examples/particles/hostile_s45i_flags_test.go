@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"math"
 	"testing"
 
@@ -30,14 +29,7 @@ func TestHostileS45iParticlesNonFiniteScaleOrStepIsABadConfig(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bytes.Buffer
-			err := func() (err error) {
-				defer func() {
-					if r := recover(); r != nil {
-						err = fmt.Errorf("panicked: %v", r)
-					}
-				}()
-				return run(&b, tc.cfg, "", false)
-			}()
+			err := cltest.NoPanic(func() error { return run(&b, tc.cfg, "", false) })
 			t.Log(b.String())
 			assert.ErrorContains(t, err, "bad config", tc.name)
 			assert.NotContains(t, b.String(), "NaN", "%s: figures of NaN printed as a result", tc.name)
