@@ -109,7 +109,10 @@
 // The element-wise kernels (Add, Sub, Mul, Div, Scale, Axpy, Tridiag, Fill,
 // and the in-place I... methods) and the two-stage reductions (Sum, Dot,
 // Max, Min) are built once per context and element type, on first use, and
-// shared by all goroutines. ReleaseKernels drops them for a context.
+// shared by all goroutines, until the context is released (cl.Context's
+// Release releases them; a queue made by cl.DefaultQueue releases its
+// context with it) or ReleaseKernels drops them. Operations on a released
+// context fail: the kernels cannot be built again there.
 //
 // Max and Min of floating-point arrays propagate NaN as numpy's max and
 // min do: one NaN element makes the result NaN.

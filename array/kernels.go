@@ -137,13 +137,19 @@ type setKey struct {
 }
 
 // built holds the kernels built so far, per context and element type,
-// for the life of the process (or until ReleaseKernels).
+// until the context is released (or ReleaseKernels).
 var built = struct {
-	mu   sync.Mutex // protects sets; held while a set is built, so that each is built once
-	sets map[setKey]*kernelSet
-}{sets: map[setKey]*kernelSet{}}
+	mu     sync.Mutex // protects the following; held while a set is built, so that each is built once
+	sets   map[setKey]*kernelSet
+	hooked map[*cl.Context]bool // contexts whose Release releases their sets (cl.Context.OnRelease)
+}{sets: map[setKey]*kernelSet{}, hooked: map[*cl.Context]bool{}}
 
-// kernelsFor returns the kernels for T in ctx, building them the first time.
+// kernelsFor returns the kernels for T in ctx, building them the first
+// time. The first set built for ctx registers forgetContext with ctx, so
+// that releasing ctx releases its kernels: a program holds its context,
+// and a cache that kept programs for good would keep every context a
+// program made arrays on alive (NVIDIA then refuses new contexts with
+// CL_OUT_OF_HOST_MEMORY after some dozens).
 func kernelsFor[T Elem](ctx *cl.Context) (*kernelSet, error) {
 	t := typeOf[T]()
 	key := setKey{ctx, t.name}
@@ -165,8 +171,24 @@ func kernelsFor[T Elem](ctx *cl.Context) (*kernelSet, error) {
 		}
 		ks.kernels[name] = &guardedKernel{k: k}
 	}
+	if !built.hooked[ctx] {
+		if err := ctx.OnRelease(func() { forgetContext(ctx) }); err != nil {
+			ks.release() // ctx was released meanwhile
+			return nil, err
+		}
+		built.hooked[ctx] = true
+	}
 	built.sets[key] = ks
 	return ks, nil
+}
+
+// forgetContext releases ctx's kernels and forgets ctx; ctx's Release
+// calls it.
+func forgetContext(ctx *cl.Context) {
+	built.mu.Lock()
+	defer built.mu.Unlock()
+	releaseKernelsLocked(ctx)
+	delete(built.hooked, ctx)
 }
 
 // release releases the kernels, each under its lock (an operation may be
@@ -181,14 +203,17 @@ func (ks *kernelSet) release() {
 	_ = ks.prog.Release()
 }
 
-// ReleaseKernels releases the kernels built for ctx. Call it before
-// releasing a context that arrays were used on, in programs that make many
-// contexts; arrays used on ctx afterwards build them again. An operation
+// ReleaseKernels releases the kernels built for ctx; releasing ctx does
+// it too. Arrays used on ctx afterwards build them again. An operation
 // running at the same time finishes with the kernels it took, or builds
 // them again.
 func ReleaseKernels(ctx *cl.Context) {
 	built.mu.Lock()
 	defer built.mu.Unlock()
+	releaseKernelsLocked(ctx)
+}
+
+func releaseKernelsLocked(ctx *cl.Context) {
 	for key, ks := range built.sets {
 		if key.ctx == ctx {
 			ks.release()

@@ -6,6 +6,7 @@ package cl
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -25,6 +26,9 @@ type Context struct {
 	// queues; they take orderMu (see orderLock)
 	orderSerial bool
 	released    atomic.Bool
+
+	relMu     sync.Mutex // protects onRelease
+	onRelease []func()   // OnRelease's functions, taken by the first Release
 }
 
 // CreateContext makes a context on the given devices: at least one, all of
@@ -105,8 +109,9 @@ func (c *Context) Devices() []*Device {
 
 // Release releases the context. It is idempotent: later calls return nil.
 // Objects made in the context hold their own references, so buffers and
-// queues stay usable until they are released too. A nil Context returns an
-// error matching ErrInvalidContext.
+// queues stay usable until they are released too. The first Release runs
+// the functions OnRelease registered, last first, before it releases the
+// context. A nil Context returns an error matching ErrInvalidContext.
 func (c *Context) Release() error {
 	if c == nil {
 		return misuse("clReleaseContext", ErrInvalidContext, "context is nil")
@@ -114,13 +119,60 @@ func (c *Context) Release() error {
 	if !c.released.CompareAndSwap(false, true) {
 		return nil
 	}
+	c.relMu.Lock()
+	fs := c.onRelease
+	c.onRelease = nil
+	c.relMu.Unlock()
+	var panics []error
+	for i := len(fs) - 1; i >= 0; i-- {
+		if err := runOnRelease(fs[i]); err != nil {
+			panics = append(panics, err)
+		}
+	}
 	if c.serial {
 		serialMu.Lock()
 		defer serialMu.Unlock()
 	}
 	err := callErr("clReleaseContext", int32(C.clReleaseContext(c.id)))
 	runtime.KeepAlive(c)
-	return err
+	return errors.Join(append(panics, err)...)
+}
+
+// runOnRelease runs f, turning a panic into an error.
+func runOnRelease(f func()) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("clReleaseContext: a function OnRelease registered panicked: %v", r)
+		}
+	}()
+	f()
+	return nil
+}
+
+// OnRelease registers f to run when the context is released: the first
+// Release runs the functions registered, last first, before it releases
+// the context. A cache of objects made in the context (programs, kernels:
+// each holds a reference to it, which keeps it alive) lets go of them
+// there, so that the runtime can destroy the context. f runs on the
+// goroutine that calls Release, with no lock of the context held; a panic
+// in f is recovered, the context is released all the same, and Release
+// returns the panic as an error. A nil or released Context registers
+// nothing and returns an error matching ErrInvalidContext; a nil f, one
+// matching ErrInvalidValue.
+func (c *Context) OnRelease(f func()) error {
+	if f == nil {
+		return misuse("OnRelease", ErrInvalidValue, "function is nil")
+	}
+	if c == nil {
+		return misuse("OnRelease", ErrInvalidContext, "context is nil")
+	}
+	c.relMu.Lock()
+	defer c.relMu.Unlock()
+	if c.released.Load() {
+		return misuse("OnRelease", ErrInvalidContext, "context is released")
+	}
+	c.onRelease = append(c.onRelease, f)
+	return nil
 }
 
 func (c *Context) handle(call string) (C.cl_context, error) {

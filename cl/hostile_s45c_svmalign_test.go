@@ -36,7 +36,11 @@ func TestHostileS45cSVMAllocAlignmentPastLargestTypeIsNotOutOfMemory(t *testing.
 	for _, align := range []int{256, 4096, 1 << 31} {
 		s, err := ctx.SVMAlloc(0, 256, align)
 		if err == nil {
-			_ = s.Free()
+			// NVIDIA's OpenCL (H100, session 46) allocates with 256
+			// and 4096: a runtime may honour larger alignments.
+			assert.Zero(t, s.Pointer()%uintptr(align), "alignment %d allocated, so it is honoured", align)
+			assert.NoError(t, s.Free())
+			continue
 		}
 		assert.ErrorIs(t, err, cl.ErrInvalidValue, "alignment %d is past the largest data type (128 bytes): an invalid value", align)
 		assert.NotErrorIs(t, err, cl.ErrMemObjectAllocationFailure, "alignment %d: not an out-of-memory", align)
