@@ -124,18 +124,41 @@ func (c *Context) Release() error {
 	c.onRelease = nil
 	c.relMu.Unlock()
 	var panics []error
-	for i := len(fs) - 1; i >= 0; i-- {
+	i, done := len(fs)-1, false
+	defer func() {
+		if done {
+			return
+		}
+		// fs[i] called runtime.Goexit (t.FailNow, say), which recover
+		// does not stop: run the rest and release the context on the way
+		// out all the same.
+		for i--; i >= 0; i-- {
+			_ = runOnRelease(fs[i])
+		}
+		_ = c.releaseID()
+	}()
+	for ; i >= 0; i-- {
 		if err := runOnRelease(fs[i]); err != nil {
 			panics = append(panics, err)
 		}
 	}
+	done = true
+	err := c.releaseID()
+	if len(panics) == 0 {
+		return err // a *CallError, as the package doc says, not joined
+	}
+	return errors.Join(append(panics, err)...)
+}
+
+// releaseID calls clReleaseContext.
+func (c *Context) releaseID() error {
 	if c.serial {
 		serialMu.Lock()
 		defer serialMu.Unlock()
 	}
 	err := callErr("clReleaseContext", int32(C.clReleaseContext(c.id)))
 	runtime.KeepAlive(c)
-	return errors.Join(append(panics, err)...)
+	return err
 }
 
 // runOnRelease runs f, turning a panic into an error.
@@ -154,11 +177,13 @@ func runOnRelease(f func()) (err error) {
 // the context. A cache of objects made in the context (programs, kernels:
 // each holds a reference to it, which keeps it alive) lets go of them
 // there, so that the runtime can destroy the context. f runs on the
-// goroutine that calls Release, with no lock of the context held; a panic
+// goroutine that calls Release (a DefaultQueue's Release, for its
+// context), with no lock of the context or of its queues held; a panic
 // in f is recovered, the context is released all the same, and Release
-// returns the panic as an error. A nil or released Context registers
-// nothing and returns an error matching ErrInvalidContext; a nil f, one
-// matching ErrInvalidValue.
+// returns the panic as an error (f calling runtime.Goexit still releases
+// the context, and runs the other functions, on the goroutine's way out).
+// A nil or released Context registers nothing and returns an error
+// matching ErrInvalidContext; a nil f, one matching ErrInvalidValue.
 func (c *Context) OnRelease(f func()) error {
 	if f == nil {
 		return misuse("OnRelease", ErrInvalidValue, "function is nil")
@@ -324,10 +349,24 @@ func (q *CommandQueue) Release() error {
 	if q == nil {
 		return misuse("clReleaseCommandQueue", ErrInvalidCommandQueue, "queue is nil")
 	}
+	first, err := q.release()
+	if first && q.ownsContext {
+		// After the queue's lock is let go: the context's OnRelease
+		// functions may ask the queue (Finished, Hold).
+		if cerr := q.ctx.Release(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// release is Release but for the context: it releases the queue under its
+// releasing lock, and reports whether this call did (the first).
+func (q *CommandQueue) release() (bool, error) {
 	q.releasing.Lock() // before the flag: Finished, seeing it, waits for the rest; after every Hold
 	defer q.releasing.Unlock()
 	if !q.released.CompareAndSwap(false, true) {
-		return nil
+		return false, nil
 	}
 	if q.ctx.serial {
 		serialMu.Lock()
@@ -343,12 +382,7 @@ func (q *CommandQueue) Release() error {
 	if q.ctx.serial {
 		serialMu.Unlock()
 	}
-	if q.ownsContext {
-		if cerr := q.ctx.Release(); err == nil {
-			err = cerr
-		}
-	}
-	return err
+	return true, err
 }
 
 // Finished reports whether Release has finished every command of the
