@@ -18,13 +18,18 @@ type EventKind uint8
 // segment the pool gives back to its allocator (the out-of-memory ladder,
 // FreeHeld and the like, Close of the pool): with AllocAfter, it tells a
 // hook the pool's managed bytes as they change. CuPy has no such event.
-// Both are told outside the pool's lock, SegmentFree after the
-// allocator's Free returned (its Err is the Free's), AllocAfter after the
-// device allocation and before the pool counts the segment: from several
-// goroutines, a segment allocated in the room of one being freed can be
-// told before that one's SegmentFree, so a sum of these events can pass
-// the pool's managed bytes (Stats' ManagedBytes) for a moment. From one
-// goroutine they are in the pool's order.
+// Both are told outside the pool's lock: SegmentFree after the pool
+// stopped counting the segment and before the allocator's Free is called,
+// AllocAfter after the device allocation and once the pool counts the
+// segment. So the segments a sum of these events has live are at every
+// moment among those the device holds, from any number of goroutines: a
+// segment allocated in the room of one being freed is told after that
+// one's SegmentFree (its sum stays within a device's memory, or an
+// allocator.Budget). It can pass the pool's managed bytes (Stats'
+// ManagedBytes) for a moment, as a segment freed on one goroutine is
+// still on the device, and told live, while another's is counted. From
+// one goroutine the events are in the pool's order, and their sum is the
+// pool's managed bytes.
 const (
 	AllocBefore EventKind = iota
 	AllocAfter
@@ -50,8 +55,12 @@ func (k EventKind) String() string {
 // A segment_free event's Size and AllocSize are the segment's bytes, and
 // its Buffer or SVM the allocation given back, the same pointer as the
 // alloc_after event of the segment had: it is freed, and is there to
-// match the two, not to be used. Its Err is the allocator's error, if the
-// free failed (the pool forgets the segment all the same).
+// match the two, not to be used. Its Err is nil: it is told before the
+// allocator's Free, whose error the call that freed returns and Stats
+// counts (FreeErrors); the pool forgets the segment all the same. SVM or
+// pinned memory that the pool leaks rather than free, as it could not
+// wait for the commands that may use it, is told with the error of that
+// wait.
 type Event struct {
 	Kind      EventKind
 	Device    *cl.Device // the pool's device; nil if its allocator does not say
@@ -226,8 +235,9 @@ func (b *PooledBuffer) event(k EventKind, blk *block) Event {
 	return Event{Kind: k, Size: b.Size(), AllocSize: blk.Size, Buffer: blk.Seg.Data.buf, SVM: blk.Seg.Data.svm, Offset: blk.Off, BlockID: b.ID(), Queue: queueOf(b.q)}
 }
 
-// segmentFreed tells the hooks, if any, that segment s was given back to
-// the allocator, with the free's error; it returns a hook's panic.
+// segmentFreed tells the hooks, if any, that segment s is given back to
+// the allocator (before the allocator's Free: see SegmentFree), or leaked
+// for err; it returns a hook's panic.
 func (p *Pool) segmentFreed(hooks hookList, s *segment, err error) error {
 	if hooks == nil {
 		return nil

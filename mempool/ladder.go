@@ -148,12 +148,15 @@ func (p *Pool) grow(req *request, seg *segment) (*block, error) {
 		}
 	}
 	m, err := p.allocateSegment(seg.Size)
-	var hookErr error
-	if hooks != nil {
-		hookErr = p.emit(hooks, Event{Kind: AllocAfter, Size: seg.Size, AllocSize: seg.Size, Buffer: m.buf, SVM: m.svm, Queue: queueOf(req.q), Err: err})
+	allocAfter := func() error {
+		return p.emit(hooks, Event{Kind: AllocAfter, Size: seg.Size, AllocSize: seg.Size, Buffer: m.buf, SVM: m.svm, Queue: queueOf(req.q), Err: err})
 	}
 	if err != nil {
 		p.unreserve(seg)
+		var hookErr error
+		if hooks != nil {
+			hookErr = allocAfter()
+		}
 		switch {
 		case hookErr != nil:
 			return nil, errors.Join(err, hookErr)
@@ -167,6 +170,10 @@ func (p *Pool) grow(req *request, seg *segment) (*block, error) {
 	b := p.commit(req, seg)
 	p.mu.Unlock()
 	p.freed.Broadcast() // see inFlightLocked
+	var hookErr error
+	if hooks != nil {
+		hookErr = allocAfter() // once counted: see the doc of SegmentFree
+	}
 	if hookErr != nil {
 		// The segment stays, held; the request fails.
 		*req.pb = PooledBuffer{pool: p, blk: b, size: req.size, q: req.q}

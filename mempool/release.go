@@ -152,13 +152,14 @@ func (p *Pool) freeSegments(segs []*segment) error {
 				continue
 			}
 		}
+		// Told before the Free: a segment that another goroutine
+		// allocates in this one's room is then told after it.
+		errs = append(errs, p.segmentFreed(hooks, s, nil))
 		freed++
-		err := p.freeSegment(s.Data)
-		if err != nil {
+		if err := p.freeSegment(s.Data); err != nil {
 			failed++
 			errs = append(errs, err)
 		}
-		errs = append(errs, p.segmentFreed(hooks, s, err))
 	}
 	var bytes int64
 	for _, s := range segs {

@@ -622,10 +622,10 @@ type Summary struct {
 	// The segments' events (SegmentAlloc and SegmentFree): the device
 	// allocations and frees a recorded pool made, and the most bytes of
 	// segments live at once: the pool's peak managed bytes, as its events
-	// told them (saturating as PeakLiveBytes does; a pool used from
-	// several goroutines can tell a segment allocated before another's
-	// free, which adds to this peak: see mempool.SegmentFree). Zero for a
-	// trace without them.
+	// told them (saturating as PeakLiveBytes does; from several
+	// goroutines, a segment being freed is live until its free's event,
+	// which can take this peak past the pool's own, never past the
+	// device's: see mempool.SegmentFree). Zero for a trace without them.
 	SegmentAllocs, SegmentFrees int
 	PeakSegmentBytes            int64
 }

@@ -25,10 +25,11 @@ import (
 // segments the pool had before the recorder was added are left out, their
 // frees with them. From one goroutine, the trace's segment bytes are the
 // pool's at every moment (its peak is Stats' PeakManagedBytes). From
-// several, a segment_free comes once the allocator's Free returned, and an
-// alloc_after before the pool counts its segment: another goroutine's
-// segment, made in the room of the one freed, can be told first, so the
-// trace can show both live at once, a peak above the pool's (see
+// several, the trace's live segments are at every moment among those the
+// device holds (its peak within a device's memory or an allocator.Budget),
+// and its peak can pass the pool's for a moment: a segment that one
+// goroutine frees is on the device, and live in the trace, until its
+// segment_free, after the pool stopped counting it (see
 // mempool.SegmentFree).
 //
 // With WithSites (or WithStacks), the trace has two more columns: the
