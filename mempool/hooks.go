@@ -56,8 +56,10 @@ func (k EventKind) String() string {
 // its Buffer or SVM the allocation given back, the same pointer as the
 // alloc_after event of the segment had: it is freed, and is there to
 // match the two, not to be used. Its Err is nil: it is told before the
-// allocator's Free, whose error the call that freed returns and Stats
-// counts (FreeErrors); the pool forgets the segment all the same. SVM or
+// allocator's Free, whose error Stats counts (FreeErrors) and a FreeHeld,
+// SetLimit or Close that freed the segment returns (a request's
+// out-of-memory ladder does not fail for it); the pool forgets the
+// segment all the same. SVM or
 // pinned memory that the pool leaks rather than free, as it could not
 // wait for the commands that may use it, is told with the error of that
 // wait.
