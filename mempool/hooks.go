@@ -29,7 +29,11 @@ type EventKind uint8
 // ManagedBytes) for a moment, as a segment freed on one goroutine is
 // still on the device, and told live, while another's is counted. From
 // one goroutine the events are in the pool's order, and their sum is the
-// pool's managed bytes.
+// pool's managed bytes at each alloc_after and once a call's segment_free
+// events are all told: a call that frees several segments (FreeHeld,
+// SetLimit, Close, the out-of-memory ladder) stops counting them all
+// before it tells the first, so at its other segment_free events the sum
+// is still above the managed bytes, by the segments yet to be told.
 const (
 	AllocBefore EventKind = iota
 	AllocAfter
@@ -54,8 +58,8 @@ func (k EventKind) String() string {
 //
 // A segment_free event's Size and AllocSize are the segment's bytes, and
 // its Buffer or SVM the allocation given back, the same pointer as the
-// alloc_after event of the segment had: it is freed, and is there to
-// match the two, not to be used. Its Err is nil: it is told before the
+// alloc_after event of the segment had: it is being freed, and is there
+// to match the two, not to be used. Its Err is nil: it is told before the
 // allocator's Free, whose error Stats counts (FreeErrors) and a FreeHeld,
 // SetLimit or Close that freed the segment returns (a request's
 // out-of-memory ladder does not fail for it); the pool forgets the

@@ -24,7 +24,8 @@ import (
 // trace has the pool's own managed bytes as they change. Blocks and
 // segments the pool had before the recorder was added are left out, their
 // frees with them. From one goroutine, the trace's segment bytes are the
-// pool's at every moment (its peak is Stats' PeakManagedBytes). From
+// pool's once each call that frees segments has told them all (its peak
+// is Stats' PeakManagedBytes; see mempool.SegmentFree). From
 // several, the trace's live segments are at every moment among those the
 // device holds (its peak within a device's memory or an allocator.Budget),
 // and its peak can pass the pool's for a moment: a segment that one
