@@ -110,3 +110,11 @@ func LeavingBlocks(p *Pool) int {
 	}
 	return p.san.leavingBlocks()
 }
+
+// SetLockCachesWaited makes lockCaches wait for each cache's lock at once
+// (no tries under p.mu) and call f once it holds them, before p.mu, in
+// every pool; the returned func undoes it.
+func SetLockCachesWaited(f func()) (undo func()) {
+	lockCachesWaited, lockCachesTries = f, 0
+	return func() { lockCachesWaited, lockCachesTries = nil, lockTries }
+}

@@ -116,6 +116,12 @@ func (a *QueueAllocator) FreeHeld() error {
 // forgets the queues their owners released (forgetReleased). A new
 // queue's line in Stats.Queues is named name.
 func (p *Pool) queueState(q *cl.CommandQueue, forOn bool, name string) (*qstate, error) {
+	return p.queueStateListed(q, forOn, name, false)
+}
+
+// queueStateListed is queueState; listHeld: the caller holds p.listMu,
+// taken after p.mu was let go for it (then no pass forgets queues).
+func (p *Pool) queueStateListed(q *cl.CommandQueue, forOn bool, name string, listHeld bool) (*qstate, error) {
 	if q == nil {
 		return nil, fmt.Errorf("mempool: On(nil): %w", cl.ErrInvalidCommandQueue)
 	}
@@ -149,7 +155,7 @@ func (p *Pool) queueState(q *cl.CommandQueue, forOn bool, name string) (*qstate,
 		// free after q's commands, but the queue keeps no marker, as Close
 		// made the others keep none.
 	}
-	if n := len(p.queueOf); n >= p.forgetAt {
+	if n := len(p.queueOf); n >= p.forgetAt && !listHeld { // its lockCaches would wait for p.listMu
 		p.forgetAt = math.MaxInt // one goroutine forgets at a time
 		p.mu.Unlock()
 		forgot := p.forgetReleased()
@@ -166,6 +172,18 @@ func (p *Pool) queueState(q *cl.CommandQueue, forOn bool, name string) (*qstate,
 			p.mu.Unlock()
 			return nil, ErrPoolClosed
 		}
+	}
+	if !listHeld {
+		if !p.listMu.TryLock() {
+			// A lockCaches waits for each cache's lock in turn: the
+			// list holds still for it. Wait outside p.mu (the lock
+			// order: p.listMu, caches, p.mu), and look again.
+			p.mu.Unlock()
+			p.listMu.Lock()
+			defer p.listMu.Unlock()
+			return p.queueStateListed(q, forOn, name, true)
+		}
+		defer p.listMu.Unlock()
 	}
 	qs := newQstate(q, int32(len(p.queues)+1), p.arena)
 	qs.closed = p.life == lifeClosed

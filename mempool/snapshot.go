@@ -210,13 +210,24 @@ func noteBlock(b *block, size int64, r *qstate, pb *PooledBuffer) {
 // own newer turns before that cache's). Then it waits for each cache's
 // lock, and p.mu, in the lock order, marking each cache frozen while it
 // holds its lock without p.mu: a queue's flush meanwhile brings such a
-// cache in with the others (flushIdle).
+// cache in with the others (flushIdle). While it waits so it read-holds
+// p.listMu, so that no queue is registered meanwhile (queueState takes
+// it for that): else a goroutine making queues made it let go of every
+// lock and begin again each time, for ever (review s46d). It so tries at
+// most once more for each pass that forgets queues (forgetReleased, the
+// one other change to the list, which holds every cache's lock for it:
+// one pass at a time, and none begins while queues wait to be registered).
 func (p *Pool) lockCaches() []*qstate {
 	p.inspecting.Add(1)
+	listHeld := false
 	for try := 0; ; try++ {
+		if try >= lockCachesTries && !listHeld {
+			p.listMu.RLock()
+			listHeld = true
+		}
 		list := p.caches.Load()
 		qs := *list
-		if try < lockTries {
+		if try < lockCachesTries {
 			p.lock()
 			qs = p.cacheList() // not replaced while p.mu is held
 			n := 0
@@ -233,11 +244,17 @@ func (p *Pool) lockCaches() []*qstate {
 				q.c.mu.Lock()
 				q.c.frozen.Store(true)
 			}
+			if lockCachesWaited != nil {
+				lockCachesWaited()
+			}
 			p.lock()
 			if p.caches.Load() != list {
-				p.releaseCaches(qs) // a queue came or went meanwhile
+				p.releaseCaches(qs) // a queue went meanwhile
 				continue
 			}
+		}
+		if listHeld {
+			p.listMu.RUnlock() // p.mu holds the list still now
 		}
 		p.flushTurnsLocked(qs)
 		return qs
@@ -321,6 +338,14 @@ func (p *Pool) frozen(qs *qstate) int {
 		runtime.Gosched()
 	}
 }
+
+// lockCachesWaited, if not nil, is called by lockCaches once it holds
+// every cache's lock it waited for, before p.mu; lockCachesTries is
+// lockTries. Tests set them.
+var (
+	lockCachesWaited func()
+	lockCachesTries  = lockTries
+)
 
 func (p *Pool) unlockCaches(qs []*qstate) {
 	p.releaseCaches(qs)
