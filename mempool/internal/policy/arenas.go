@@ -51,6 +51,13 @@ const (
 	// given up saw them; 110 now (at 1/128, the recorded particles held
 	// 1.159x their plan behind the pool's cache, not 1.131x).
 	GrowthWindow = 192
+	// RegrowthWindow is GrowthWindow for regrown: an array alternating
+	// between two segments meets, when it is remade, the occupant of
+	// the one given up, the array of two steps before: its growth over
+	// two steps. At 1/GrowthWindow, a state growing 0.3% a step (0.6%
+	// in two) took a device allocation for 1,001 of its 3,005 requests;
+	// 160 now (BENCHMARKS.md, session 46).
+	RegrowthWindow = GrowthWindow / 2
 	// OversizeSlack is how much larger than an oversize request a free
 	// oversize segment that serves it may be (torch's kLargeBuffer).
 	OversizeSlack = 20 << 20
@@ -384,7 +391,7 @@ func (p *Arenas[T]) Replacing() bool { return p.pending > 0 }
 // that block rounded to OwnUnit, with 1/HeadroomDivisor more if it is a
 // large request that outgrew a wholly free segment, or any that outgrew
 // one by a little, or grew by a little from a given-up segment's last
-// occupant (GrowthWindow). A request over half
+// occupant (RegrowthWindow). A request over half
 // the preferred size, or oversize, gets a segment of its own, rounded to
 // OwnUnit.
 func (p *Arenas[T]) SegmentSize(size int64) int64 {
@@ -469,14 +476,14 @@ func (p *Arenas[T]) outgrew(n, within int64) bool {
 }
 
 // regrown returns the index in p.gone of the occupant a block of n
-// bytes grew from by less than 1/GrowthWindow of itself (the largest
+// bytes grew from by less than 1/RegrowthWindow of itself (the largest
 // such), or -1: an array remade a little larger after its segment was
 // given up, though other segments were made since (the step's other
 // arrays). An array remade at its size, or smaller, grew from none.
 func (p *Arenas[T]) regrown(n int64) int {
 	best := -1
 	for i, occ := range p.gone {
-		if occ < n && occ >= n-n/GrowthWindow && (best < 0 || occ > p.gone[best]) {
+		if occ < n && occ >= n-n/RegrowthWindow && (best < 0 || occ > p.gone[best]) {
 			best = i
 		}
 	}
