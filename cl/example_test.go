@@ -114,3 +114,29 @@ func ExampleContext_SVMAlloc() {
 	fmt.Println(data)
 	// Output: [7 7 7 7 7 7 7 7]
 }
+
+// A cache of programs built for a context lets go of them when the
+// context is released: a program holds its context, which would
+// otherwise never be destroyed.
+func ExampleContext_OnRelease() {
+	q, err := cl.DefaultQueue() // its Release releases its context too
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	prog, err := q.Context().BuildProgram("kernel void k(global int *x) { x[0] = 1; }", "")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := q.Context().OnRelease(func() {
+		fmt.Println("releasing the program:", prog.Release())
+	}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("releasing the queue:", q.Release())
+	// Output:
+	// releasing the program: <nil>
+	// releasing the queue: <nil>
+}
