@@ -131,7 +131,13 @@ func (p *Pool) queueStateListed(q *cl.CommandQueue, forOn bool, name string, lis
 		}
 		return nil, nil
 	}
-	if q.Finished() {
+	// Finished waits for a Release of q under way (as long as q's
+	// commands take): never with p.listMu held (listHeld), which would
+	// keep every other new queue's On, and every lockCaches past its
+	// tries, waiting for q's commands (review s46e). The first look
+	// waited already; FinishedNoWait below, under p.mu, sees a Release
+	// since, as it sees one that begins just after the first look.
+	if !listHeld && q.Finished() {
 		return released()
 	}
 	if ctx := p.context(); ctx != nil && q.Context() != ctx {

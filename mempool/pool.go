@@ -36,7 +36,7 @@ type Pool struct {
 
 	hooks      atomic.Pointer[[]*hookEntry] // nil when none: the hot path checks only that
 	cacheState atomic.Int32                 // cachesOn, cachesStopping or cachesGone (qcache.go)
-	caches     atomic.Pointer[[]*qstate]    // every queue cache: p.host's, then each queue's; replaced, never changed, under p.mu
+	caches     atomic.Pointer[[]*qstate]    // every queue cache: p.host's, then each queue's; replaced, never changed, under p.mu (and p.listMu to add one)
 	listMu     sync.RWMutex                 // read-held by a lockCaches waiting for each cache's lock in turn, write-held to register a queue: the list holds still for it (see lockCaches)
 	hooksMu    sync.Mutex                   // serializes AddHook and its remove; protects nothing else
 	locks      *atomic.Int64                // counts lock's acquisitions, in tests; nil otherwise

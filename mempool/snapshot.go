@@ -213,10 +213,11 @@ func noteBlock(b *block, size int64, r *qstate, pb *PooledBuffer) {
 // cache in with the others (flushIdle). While it waits so it read-holds
 // p.listMu, so that no queue is registered meanwhile (queueState takes
 // it for that): else a goroutine making queues made it let go of every
-// lock and begin again each time, for ever (review s46d). It so tries at
-// most once more for each pass that forgets queues (forgetReleased, the
-// one other change to the list, which holds every cache's lock for it:
-// one pass at a time, and none begins while queues wait to be registered).
+// lock and begin again each time, for ever (review s46d). The one other
+// change to the list is a pass that forgets queues (forgetReleased, one
+// at a time, holding every cache's lock for it), which registrations set
+// off: with none registered while it waits, it tries about twice more at
+// most.
 func (p *Pool) lockCaches() []*qstate {
 	p.inspecting.Add(1)
 	listHeld := false
