@@ -34,6 +34,10 @@ type EventKind uint8
 // SetLimit, Close, the out-of-memory ladder) stops counting them all
 // before it tells the first, so at its other segment_free events the sum
 // is still above the managed bytes, by the segments yet to be told.
+// These hold for a hook registered while no request is under way and not
+// removed meanwhile: one added during a request may miss its alloc_after
+// and be told that segment's segment_free, and one removed during a
+// request may be told an alloc_after after its remove returned.
 const (
 	AllocBefore EventKind = iota
 	AllocAfter
