@@ -148,16 +148,15 @@ func (p *Pool) grow(req *request, seg *segment) (*block, error) {
 		}
 	}
 	m, err := p.allocateSegment(seg.Size)
-	allocAfter := func() error {
+	allocAfter := func() error { // of a segment allocated, told once the pool counts it: see SegmentFree
+		if hooks == nil {
+			return nil
+		}
 		return p.emit(hooks, Event{Kind: AllocAfter, Size: seg.Size, AllocSize: seg.Size, Buffer: m.buf, SVM: m.svm, Queue: queueOf(req.q), Err: err})
 	}
 	if err != nil {
 		p.unreserve(seg)
-		var hookErr error
-		if hooks != nil {
-			hookErr = allocAfter()
-		}
-		switch {
+		switch hookErr := allocAfter(); {
 		case hookErr != nil:
 			return nil, errors.Join(err, hookErr)
 		case errors.Is(err, ErrPanicked), isOutOfMemory(err):
@@ -170,13 +169,8 @@ func (p *Pool) grow(req *request, seg *segment) (*block, error) {
 	b := p.commit(req, seg)
 	p.mu.Unlock()
 	p.freed.Broadcast() // see inFlightLocked
-	var hookErr error
-	if hooks != nil {
-		hookErr = allocAfter() // once counted: see the doc of SegmentFree
-	}
-	if hookErr != nil {
-		// The segment stays, held; the request fails.
-		*req.pb = PooledBuffer{pool: p, blk: b, size: req.size, q: req.q}
+	if hookErr := allocAfter(); hookErr != nil {
+		*req.pb = PooledBuffer{pool: p, blk: b, size: req.size, q: req.q} // the segment stays, held; the request fails
 		_ = p.putBack(req.pb, false)
 		return nil, hookErr
 	}
