@@ -76,9 +76,6 @@ type Arena[T comparable] struct {
 	// step, if set, returns the growth step: the segment a request of
 	// at most that size would get (see find).
 	step func() int64
-	// remade, if set, reports whether a request's block of n bytes
-	// remakes the occupant of a segment given up lately (see findOwned).
-	remade func(n int64) bool
 }
 
 // kindOf returns the index of s's kind in Counts' SplitBlocks: 0 for a
@@ -696,13 +693,7 @@ func (a *Arena[T]) hole(c uint32, n int64) *Block[T] {
 // 1.145x). If no ordinary block fits, it takes the own segment's block
 // whatever its size; GetOn cuts the request from the block's top if the
 // segment is more than ownSpan times n (see spans), from its bottom
-// otherwise (1.39x -> 1.085x on those particles). But it declines the
-// block of an own segment whose occupant is in use (pins) for an array
-// remade at the size of a given-up segment's occupant (a.remade): a state
-// remade beside a scratch array of random size otherwise moves into the
-// tail of the scratch array's segment each time its own segments are
-// given up, and pins it for the next, larger scratch array (the remade
-// family 1.76x -> 1.04x its plan; no other workload of the score moves).
+// otherwise (1.39x -> 1.085x on those particles).
 func (a *Arena[T]) findOwned(n int64) *Block[T] {
 	c := BinNumber(n, a.lb)
 	b := fitIn(&a.sized, c, n)
@@ -713,18 +704,9 @@ func (a *Arena[T]) findOwned(n int64) *Block[T] {
 		return a.adopt(n)
 	}
 	if o := fitIn(&a.owned, c, n); o != nil && (b == nil || o.Size < b.Size && spans(o.Seg, n)) {
-		if b == nil && !spans(o.Seg, n) && pins(o.Seg) && a.remade != nil && a.remade(n) {
-			return nil // the pool makes a segment for it
-		}
 		return o
 	}
 	return b
-}
-
-// pins reports whether a block cut from s would pin s for its occupant:
-// s's first block, the occupant's, is in use and at least half of s.
-func pins[T comparable](s *Segment[T]) bool {
-	return !s.first.free && s.first.Size*2 >= s.Size
 }
 
 // ownSpan bounds how much larger than a request an own segment may be

@@ -209,7 +209,6 @@ func NewArenas[T comparable](align int64, leadingBits int, maxSplit, preferred i
 	p.a.SetTinyMax(p.tinyMax)
 	p.a.counts = &p.counts
 	p.a.step = p.step
-	p.a.remade = p.remadeAt
 	p.a.SetQuick(DefaultQuick, SmallRequest)
 	p.setOwnMin()
 	return p
@@ -489,18 +488,6 @@ func (p *Arenas[T]) regrown(n int64) int {
 		}
 	}
 	return best
-}
-
-// remadeAt reports whether a request's block of n bytes is the block of
-// the occupant of a segment given up in the last round (p.gone): an array
-// remade at its size (see Arena.findOwned).
-func (p *Arenas[T]) remadeAt(n int64) bool {
-	for _, occ := range p.gone {
-		if p.Round(occ) == n {
-			return true
-		}
-	}
-	return false
 }
 
 // forget takes off p.gone the occupant that a new segment for a block
